@@ -1,0 +1,119 @@
+"""Compare: which tensors differ between runs, and which ops are the sources.
+
+A tensor differs if its fingerprint is not the same in every run. A source is an op with a differing output
+(or, for a write, a differing variable state after it) while every data input and every variable state it
+reads was bitwise identical. Kinds:
+  op      varies on identical inputs            write   variable update varies on identical inputs
+  random  stateful random op                    input   input-pipeline op, or an argument of the step
+  state   reads a variable that differed before the step with no write before it in the step (state not
+          restored, or changed outside the step), or reads state opbisect cannot restore
+Everything here is pure: tests build graphs and fingerprint tables literally.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+from .ir import INPUT_OPS, OPAQUE_STATE, RANDOM_OPS, READ_OPS, OpGraph, state_id
+
+
+@dataclasses.dataclass
+class Source:
+    op: str
+    kind: str
+    tensors: list[str]  # the differing outputs (or post-write states) of the op
+    runs_differing: int  # runs whose value is not the most common one
+    distinct_values: int
+    downstream_differing: int  # ops after it (data, control or state) with a differing result
+    affects_result: bool = False  # a differing step output or final variable value lies downstream
+
+
+@dataclasses.dataclass
+class Comparison:
+    differs: dict[str, bool]  # tensor id -> differs (tapped tensors; derived for untapped ones)
+    initial_differs: dict[str, bool]  # variable key -> its value before the step differs between runs
+    sources: list[Source]
+
+    @property
+    def differing(self) -> list[str]:
+        return [t for t, d in self.differs.items() if d]
+
+
+def distinct(values) -> int:
+    return len(set(values))
+
+
+def runs_off_mode(values) -> int:
+    counts = collections.Counter(values)
+    return len(values) - max(counts.values()) if counts else 0
+
+
+def compare(graph: OpGraph, taps: list[str], fps: list[list[int]], before: list[dict[str, int]],
+            results: list[str] = ()) -> Comparison:
+    """`fps[run][i]` is the fingerprint of `taps[i]`; `before[run]` fingerprints each variable before the step.
+
+    `results` names the tensors that make up the step's result (its outputs, the last write of each variable):
+    a source whose differences reach one of them `affects_result`.
+    """
+    per_tap = {t: [run[i] for run in fps] for i, t in enumerate(taps)}
+    differs = {t: distinct(v) > 1 for t, v in per_tap.items()}
+    keys = sorted({k for b in before for k in b})
+    initial_differs = {k: distinct(b.get(k) for b in before) > 1 for k in keys}
+
+    def tensor_differs(tid: str) -> bool:
+        # Untapped tensors (resources, strings, variants) differ when what produced them saw a difference.
+        if tid not in differs:
+            op = tid.rpartition(":")[0]
+            differs[tid] = any(tensor_differs(t) for t in graph.data_inputs(op)) or \
+                any(reads_differing_state(op, var) for _, var in graph.resources(op))
+        return differs[tid]
+
+    def reads_differing_state(op: str, var: str) -> bool:
+        if var == OPAQUE_STATE:
+            return False
+        writes = graph.prior_writes(op, var)
+        if writes:
+            last = writes[-1]
+            return any(tensor_differs(state_id(last, s)) for s, v in graph.written(last) if v == var)
+        return initial_differs.get(var, False)
+
+    sources = []
+    for op in graph.topo_order():
+        produced = graph.outputs(op) + [state_id(op, s) for s, _ in graph.written(op)]
+        varying = [t for t in produced if t in per_tap and differs[t]]
+        if not varying:
+            continue
+        if any(tensor_differs(t) for t in graph.data_inputs(op)):
+            continue
+        resources = graph.resources(op)
+        stale = [var for _, var in resources if not graph.prior_writes(op, var) and initial_differs.get(var, False)]
+        if any(reads_differing_state(op, var) for _, var in resources if var not in stale):
+            continue
+        kind = _kind(graph, op, varying, stale)
+        values = [tuple(per_tap[t][r] for t in varying) for r in range(len(fps))]
+        sources.append(Source(op=op, kind=kind, tensors=varying, runs_differing=runs_off_mode(values),
+                              distinct_values=distinct(values), downstream_differing=0))
+    result_ops = {t.rpartition(":")[0]: t for t in results if differs.get(t, False)}
+    for s in sources:
+        after = graph.downstream(s.op)
+        s.downstream_differing = sum(
+            1 for d in after
+            if any(differs.get(t, False) for t in graph.outputs(d) + [state_id(d, k) for k, _ in graph.written(d)]))
+        s.affects_result = any(op in result_ops for op in after | {s.op})
+    return Comparison(differs={t: differs[t] for t in taps}, initial_differs=initial_differs, sources=sources)
+
+
+def _kind(graph: OpGraph, op: str, varying: list[str], stale: list[str]) -> str:
+    op_type = graph.op_type(op)
+    if op_type in INPUT_OPS or op_type == "Placeholder":
+        return "input"
+    if op_type in RANDOM_OPS:
+        return "random"
+    if stale or any(var == OPAQUE_STATE for _, var in graph.resources(op)):
+        return "state"
+    if op_type in READ_OPS:
+        return "state"
+    if all(":res" in t for t in varying):
+        return "write"
+    return "op"

@@ -1,0 +1,144 @@
+"""Inline nested function calls ((Stateful)PartitionedCall) into one flat GraphDef.
+
+A nested tf.function appears in the traced graph as one call op; its ops are what can be nondeterministic, so
+they are spliced into the caller, named `<call>/<inner name>`. The call op's name survives as a NoOp that waits
+for the whole body, so control edges on the call still mean "after the call". While/If bodies stay opaque.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
+
+
+def parse_input(spec: str) -> tuple[str, int, bool]:
+    """'op:1' -> ('op', 1, False); 'op' -> ('op', 0, False); '^op' -> ('op', -1, True)."""
+    if spec.startswith("^"):
+        return spec[1:], -1, True
+    name, _, idx = spec.rpartition(":")
+    if name and idx.isdigit():
+        return name, int(idx), False
+    return spec, 0, False
+
+
+def tensor_spec(name: str, idx: int) -> str:
+    return f"{name}:{idx}"
+
+
+@dataclasses.dataclass
+class Origin:
+    """Where an inlined node came from: the tf Graph holding it and its name there (for its traceback)."""
+
+    graph: object
+    name: str
+
+
+def find_function_graph(graph, fname: str):
+    """The FuncGraph of function `fname` as registered in `graph` or an enclosing graph, or None."""
+    while graph is not None:
+        fn = getattr(graph, "_functions", {}).get(fname)
+        if fn is not None:
+            return getattr(fn, "graph", None)
+        graph = getattr(graph, "outer_graph", None)
+    return None
+
+
+def inline_calls(graph_def, graph, max_depth: int = 32):
+    """Return (flat GraphDef, {node name: Origin}) with every call op inlined, recursively.
+
+    `graph` is the tf Graph that `graph_def` came from; it resolves called functions to their FuncGraphs.
+    Library functions are kept (While/If bodies need them).
+    """
+    from tensorflow.core.framework import graph_pb2
+
+    origins = {n.name: Origin(graph, n.name) for n in graph_def.node}
+    for _ in range(max_depth):
+        calls = [n for n in graph_def.node if n.op in CALL_OPS]
+        if not calls:
+            return graph_def, origins
+        out = graph_pb2.GraphDef()
+        out.versions.CopyFrom(graph_def.versions)
+        out.library.CopyFrom(graph_def.library)
+        rewire: dict[str, str] = {}  # "call:i" -> inner tensor now carrying that output
+        taken = {n.name for n in graph_def.node}
+        new_nodes, spliced = [], False
+        for node in graph_def.node:
+            if node.op not in CALL_OPS:
+                new_nodes.append(node)
+                continue
+            fname = node.attr["f"].func.name
+            inner = find_function_graph(origins[node.name].graph, fname)
+            if inner is None:  # a function we cannot see into (loaded from a SavedModel): leave it opaque
+                new_nodes.append(node)
+                continue
+            body, outputs = _splice(node, inner, taken, origins)
+            new_nodes.extend(body)
+            spliced = True
+            for i, spec in enumerate(outputs):
+                rewire[tensor_spec(node.name, i)] = spec
+        if not spliced:
+            return graph_def, origins  # only opaque calls remain
+        for node in new_nodes:
+            fixed = []
+            for spec in node.input:
+                name, idx, control = parse_input(spec)
+                fixed.append(spec if control else rewire.get(tensor_spec(name, idx), spec))
+            del node.input[:]
+            node.input.extend(fixed)
+        out.node.extend(new_nodes)
+        graph_def = out
+    raise RecursionError(f"function calls nested deeper than {max_depth} levels")
+
+
+def _splice(call, inner, taken: set, origins: dict):
+    """NodeDefs replacing `call`, and the specs of the tensors that carry its outputs."""
+    from tensorflow.core.framework import node_def_pb2
+
+    prefix = call.name + "/"
+    inner_gd = inner.as_graph_def()
+    data_inputs = [s for s in call.input if not s.startswith("^")]
+    control_inputs = [s for s in call.input if s.startswith("^")]
+    arg_names = [t.op.name for t in inner.inputs]
+    arg_map = {name: data_inputs[i] for i, name in enumerate(arg_names)}
+
+    def renamed(name: str) -> str:
+        new = prefix + name
+        while new in taken:
+            new += "_"
+        return new
+
+    names = {n.name: renamed(n.name) for n in inner_gd.node if n.name not in arg_map}
+    taken.update(names.values())
+    body = []
+    for n in inner_gd.node:
+        if n.name in arg_map:
+            continue
+        copy = node_def_pb2.NodeDef()
+        copy.CopyFrom(n)
+        copy.name = names[n.name]
+        inputs, from_inside = [], False
+        for spec in n.input:
+            name, idx, control = parse_input(spec)
+            if name in arg_map:
+                if not control:  # a control edge on an argument is implied by the data edge into the call
+                    inputs.append(arg_map[name])
+                continue
+            from_inside = True
+            inputs.append("^" + names[name] if control else tensor_spec(names[name], idx))
+        if not from_inside:  # an entry node of the body: nothing in a call runs before the call's control inputs
+            inputs.extend(control_inputs)
+        del copy.input[:]
+        copy.input.extend(inputs)
+        body.append(copy)
+        origins[copy.name] = Origin(inner, n.name)
+    outputs = []
+    for t in inner.outputs:
+        name = t.op.name
+        outputs.append(arg_map[name] if name in arg_map else tensor_spec(names[name], t.value_index))
+    # The call's name lives on as a NoOp after the whole body, so "^call" keeps its meaning.
+    done = node_def_pb2.NodeDef(name=call.name, op="NoOp")
+    done.input.extend("^" + n.name for n in body)
+    body.append(done)
+    origins[call.name] = Origin(origins[call.name].graph, call.name)
+    return body, outputs

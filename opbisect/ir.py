@@ -1,0 +1,222 @@
+"""The op graph: a tiny IR over networkx, with one ID scheme for ops and tensors assigned once at trace time.
+
+- An op's id is its name in the flat (inlined) traced graph, e.g. `sgd/ResourceScatterSub`.
+- A tensor's id is `<op id>:<output index>`, TensorFlow's own spelling.
+- Writes have no outputs; the state of the variable at resource input `i` right after a write op is the
+  pseudo-tensor `<op id>:res<i>`, so it can be fingerprinted and compared like any output.
+
+Node attributes hold what tracing saw (type, outputs, resources, creation site). Analysis results never go on
+the graph: they live in side tables keyed by these ids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cached_property
+
+import networkx as nx
+
+from .errors import GraphCheckError
+
+# Ops that only read the variable behind their resource input. Any other stateful op taking a resource is
+# treated as a write (conservative: AssignAdd, scatters and RNG state updates read and write).
+READ_OPS = frozenset({
+    "ReadVariableOp", "ResourceGather", "ResourceGatherNd", "VariableShape", "VarIsInitializedOp",
+    "_ReadVariablesOp", "ReadVariableXlaSplitND",
+})
+# Ops whose outputs come from an input pipeline or the host, not from their data inputs.
+INPUT_OPS = frozenset({
+    "IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional", "OptionalGetValue",
+    "MultiDeviceIteratorGetNextFromShard", "InfeedDequeue", "InfeedDequeueTuple",
+})
+# Stateful random ops: a fresh draw on every execution, seeded or not.
+RANDOM_OPS = frozenset({
+    "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal", "RandomShuffle",
+    "RandomGamma", "RandomPoisson", "RandomPoissonV2", "Multinomial", "RandomCrop", "ParameterizedTruncatedNormal",
+    "RandomShuffleQueueV2", "SampleDistortedBoundingBox", "SampleDistortedBoundingBoxV2", "RandomIndexShuffle",
+    "ThreadUnsafeUnigramCandidateSampler", "UniformCandidateSampler", "LogUniformCandidateSampler",
+    "AllCandidateSampler", "LearnedUnigramCandidateSampler", "FixedUnigramCandidateSampler", "RandomDataset",
+})
+CONTROL_FLOW_OPS = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"})
+OPAQUE_STATE = "<opaque resource>"
+
+
+def tensor_id(op: str, index: int) -> str:
+    return f"{op}:{index}"
+
+
+def state_id(op: str, slot: int) -> str:
+    return f"{op}:res{slot}"
+
+
+def split_id(tid: str) -> tuple[str, str]:
+    """'a/b:3' -> ('a/b', '3'); 'a/b:res0' -> ('a/b', 'res0')."""
+    op, _, port = tid.rpartition(":")
+    return op, port
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One thing `check()` says about a graph: `level` is 'error', 'warning' or 'note'."""
+
+    level: str
+    message: str
+
+
+class OpGraph:
+    """Ops as nodes; edges of kind 'data' (key: consumer input slot), 'control' and 'resource'."""
+
+    def __init__(self, g: nx.MultiDiGraph | None = None):
+        self.g = g if g is not None else nx.MultiDiGraph()
+
+    # -- building (trace time only) --------------------------------------------------------------------
+    def add_op(self, op_id: str, **attrs) -> None:
+        attrs.setdefault("outputs", [])  # [(dtype name, shape string)]
+        attrs.setdefault("resources", [])  # [(input slot, variable key)]
+        self.g.add_node(op_id, **attrs)
+
+    def add_data_edge(self, src: str, out_index: int, dst: str, slot: int) -> None:
+        self.g.add_edge(src, dst, key=f"d{slot}", kind="data", tensor=tensor_id(src, out_index), slot=slot)
+
+    def add_control_edge(self, src: str, dst: str) -> None:
+        self.g.add_edge(src, dst, key="c", kind="control")
+
+    def add_resource_edges(self) -> None:
+        """Edges from each write of a variable to every later read or write of it (order from the graph)."""
+        order = nx.DiGraph((u, v) for u, v, k in self.g.edges(data="kind") if k != "resource")
+        order.add_nodes_from(self.g.nodes)
+        users: dict[str, list[str]] = {}
+        for op in self.g.nodes:
+            for _, var in self.resources(op):
+                users.setdefault(var, []).append(op)
+        for var, ops in users.items():
+            if var == OPAQUE_STATE:
+                continue
+            for w in ops:
+                if self.is_write(w):
+                    later = nx.descendants(order, w)
+                    for c in ops:
+                        if c != w and c in later:
+                            self.g.add_edge(w, c, key=f"r:{var}", kind="resource", var=var)
+
+    # -- queries -----------------------------------------------------------------------------------------
+    def __contains__(self, op_id: str) -> bool:
+        return op_id in self.g
+
+    def __len__(self) -> int:
+        return self.g.number_of_nodes()
+
+    @property
+    def ops(self) -> list[str]:
+        return list(self.g.nodes)
+
+    def op_type(self, op: str) -> str:
+        return self.g.nodes[op]["type"]
+
+    def attrs(self, op: str) -> dict:
+        return self.g.nodes[op]
+
+    def outputs(self, op: str) -> list[str]:
+        return [tensor_id(op, i) for i in range(len(self.g.nodes[op]["outputs"]))]
+
+    def dtype(self, tid: str) -> str:
+        op, port = split_id(tid)
+        if port.startswith("res"):
+            return self.g.nodes[op].get("res_dtypes", {}).get(port[3:], "unknown")
+        return self.g.nodes[op]["outputs"][int(port)][0]
+
+    def resources(self, op: str) -> list[tuple[int, str]]:
+        return [tuple(r) for r in self.g.nodes[op]["resources"]]
+
+    def is_write(self, op: str) -> bool:
+        a = self.g.nodes[op]
+        return bool(a["resources"]) and a.get("stateful", False) and a["type"] not in READ_OPS
+
+    def written(self, op: str) -> list[tuple[int, str]]:
+        """(slot, variable) pairs this op writes."""
+        if not self.is_write(op):
+            return []
+        return [(s, v) for s, v in self.resources(op) if v != OPAQUE_STATE]
+
+    def data_inputs(self, op: str) -> list[str]:
+        """Tensor ids feeding `op`, in input-slot order."""
+        edges = [(d["slot"], d["tensor"]) for _, _, d in self.g.in_edges(op, data=True) if d["kind"] == "data"]
+        return [t for _, t in sorted(edges)]
+
+    def consumers(self, tid: str) -> list[str]:
+        op, _ = split_id(tid)
+        return sorted({v for _, v, d in self.g.out_edges(op, data=True) if d.get("tensor") == tid})
+
+    def prior_writes(self, op: str, var: str) -> list[str]:
+        """Writes of `var` ordered before `op`, latest last."""
+        ws = [u for u, _, d in self.g.in_edges(op, data=True) if d["kind"] == "resource" and d["var"] == var]
+        return sorted(ws, key=self.position.__getitem__)
+
+    @cached_property
+    def position(self) -> dict[str, int]:
+        """Each op's index in one fixed topological order (ties broken by id, so it is reproducible)."""
+        return {op: i for i, op in enumerate(nx.lexicographical_topological_sort(self.g))}
+
+    def topo_order(self) -> list[str]:
+        return sorted(self.g.nodes, key=self.position.__getitem__)
+
+    def downstream(self, op: str) -> set[str]:
+        return nx.descendants(self.g, op)
+
+    def site(self, op: str) -> str:
+        return self.g.nodes[op].get("site", "")
+
+    # -- checks ------------------------------------------------------------------------------------------
+    def check(self) -> list[Finding]:
+        """Findings about the graph; raises GraphCheckError when it cannot be analysed. Messages say how to fix."""
+        findings = []
+        if not nx.is_directed_acyclic_graph(self.g):
+            cycle = " -> ".join(u for u, _, *_ in nx.find_cycle(self.g))
+            raise GraphCheckError(f"the traced graph has a cycle ({cycle}); this is an opbisect bug: please report it "
+                                  f"with the script")
+        for op in self.g.nodes:
+            for slot, tid in enumerate(self.data_inputs(op)):
+                src, port = split_id(tid)
+                if int(port) >= len(self.g.nodes[src]["outputs"]):
+                    raise GraphCheckError(f"op {op} reads {tid}, which {src} does not produce; opbisect bug")
+        opaque = {}
+        for op in self.g.nodes:
+            t = self.op_type(op)
+            if t in CONTROL_FLOW_OPS or t in ("PartitionedCall", "StatefulPartitionedCall"):
+                opaque[t] = opaque.get(t, 0) + 1
+        if opaque:
+            kinds = ", ".join(f"{n} {t}" for t, n in sorted(opaque.items()))
+            findings.append(Finding("note", f"{kinds} kept opaque: a source inside a loop, branch or call body is "
+                                            f"reported as that op; move the suspect code out of the loop to see it"))
+        by_var: dict[str, list[str]] = {}
+        for op in self.g.nodes:
+            for _, var in self.written(op):
+                by_var.setdefault(var, []).append(op)
+        order = self.g
+        for var, ws in by_var.items():
+            for i, a in enumerate(ws):
+                for b in ws[i + 1:]:
+                    if not (nx.has_path(order, a, b) or nx.has_path(order, b, a)):
+                        findings.append(Finding("warning", f"{a} and {b} both write {var} with no order between "
+                                                           f"them: the program itself races; order them with "
+                                                           f"tf.control_dependencies"))
+        unrestorable = sorted({op for op in self.g.nodes if any(v == OPAQUE_STATE for _, v in self.resources(op))
+                               and self.attrs(op).get("stateful") and self.op_type(op) not in INPUT_OPS})
+        if unrestorable:
+            shown = ", ".join(unrestorable[:5]) + (" ..." if len(unrestorable) > 5 else "")
+            findings.append(Finding("warning", f"{len(unrestorable)} ops use state opbisect cannot restore between "
+                                               f"runs (not a tf.Variable): {shown}; if they differ they show as "
+                                               f"kind 'state': keep such state in tf.Variables"))
+        return findings
+
+    # -- persistence -------------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        return nx.node_link_data(self.g, edges="edges")
+
+    @classmethod
+    def from_json(cls, data: dict) -> "OpGraph":
+        g = nx.node_link_graph(data, directed=True, multigraph=True, edges="edges")
+        for _, attrs in g.nodes(data=True):
+            attrs["outputs"] = [tuple(o) for o in attrs["outputs"]]
+            attrs["resources"] = [tuple(r) for r in attrs["resources"]]
+        return cls(g)

@@ -1,0 +1,31 @@
+"""One settings dataclass for a whole `opbisect trace` (as torch.fx's net_min_base does)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+# Grappler passes whose decisions move when capture taps are added (measured: 1-ulp shifts of the final
+# weights until both were off for the plain and the instrumented step).
+PINNED_GRAPPLER = {"constant_folding": False, "arithmetic_optimization": False}
+
+
+@dataclasses.dataclass
+class TraceSettings:
+    script: Path
+    runs: int = 5
+    out: Path = Path("reports")
+    step_name: str = "step"
+    inputs_name: str = "inputs"
+    device: str = "auto"  # auto | cpu | gpu
+    pin_grappler: bool = True
+    magnitude_runs: int = 0  # 0: as many as `runs`
+    progress: bool = True
+
+    def validate(self) -> None:
+        from .errors import UsageError
+
+        if self.runs < 2:
+            raise UsageError(f"--runs must be at least 2 to compare runs (got {self.runs})")
+        if self.device not in ("auto", "cpu", "gpu"):
+            raise UsageError(f"--device must be auto, cpu or gpu (got {self.device!r})")

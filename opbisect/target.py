@@ -1,0 +1,172 @@
+"""Load the target: the user's script and what it defines (the target contract).
+
+`model_step.py` defines `step` (a tf.function, or a plain callable that gets wrapped) and `inputs` (a tuple, or a
+zero-argument callable returning one). Optional `variables` lists the state restored before every run. Keras
+users may instead define `model` (compiled) and `data` (one `(x, y)` batch): the step is then the model's own
+train step, traced with the model's own `jit_compile` setting, as `model.fit` would run it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import TargetError, UsageError
+
+
+@dataclasses.dataclass
+class Target:
+    path: Path
+    step: Any  # a tf.function (tensorflow.python.eager.polymorphic_function.Function)
+    make_inputs: Callable[[], tuple]
+    variables: list | None  # the user's explicit state list (tf.Variables), or None for "all captured"
+    form: str  # "step" or "keras"
+    module: Any
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+
+def user_traceback(exc: BaseException, path: Path) -> str:
+    """The traceback of `exc` from the first frame in the user's script on (our own frames are noise to them)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    start = next((i for i, f in enumerate(frames) if Path(f.filename).resolve() == path.resolve()), 0)
+    lines = ["Traceback (most recent call last):\n"] + traceback.format_list(frames[start:])
+    if isinstance(exc, SyntaxError):  # the offending line is in the exception, not in a frame
+        lines += traceback.format_exception_only(type(exc), exc)
+    else:
+        lines.append(f"{type(exc).__name__}: {exc}\n")
+    return "".join(lines)
+
+
+def load_module(path: Path):
+    if not path.exists():
+        raise UsageError(f"no such file: {path}")
+    if path.is_dir() or path.suffix != ".py":
+        raise UsageError(f"expected a Python script (model_step.py), got {path}")
+    name = "opbisect_target_" + "".join(c if c.isalnum() else "_" for c in path.stem)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    sys.path.insert(0, str(path.parent.resolve()))  # let the script import its neighbours
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise TargetError(f"{path} has a syntax error (line {exc.lineno})", user_traceback(exc, path)) from None
+    except BaseException as exc:  # noqa: BLE001 - the user's own code raised: show it, whatever it was
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise TargetError(f"{path} raised {type(exc).__name__} while loading", user_traceback(exc, path)) from None
+    return module
+
+
+def _public_names(module) -> list[str]:
+    return sorted(n for n in vars(module) if not n.startswith("_") and not isinstance(vars(module)[n], type(sys)))
+
+
+def _as_tf_function(fn, name: str, path: Path):
+    import tensorflow as tf
+
+    if isinstance(fn, tf.types.experimental.PolymorphicFunction):
+        return fn
+    if not callable(fn):
+        raise TargetError(f"{path}: `{name}` must be a tf.function or a callable, got {type(fn).__name__}")
+    return tf.function(fn)
+
+
+def _inputs_factory(value, name: str, path: Path) -> Callable[[], tuple]:
+    def check(result):
+        if not isinstance(result, (tuple, list)):
+            raise TargetError(
+                f"{path}: `{name}` must be a tuple of arguments for the step (or a zero-argument callable "
+                f"returning one), got {type(result).__name__}; for a single argument write `({name}_value,)`"
+            )
+        return tuple(result)
+
+    if callable(value):
+        def make():
+            try:
+                result = value()
+            except Exception as exc:  # the user's inputs() raised
+                raise TargetError(f"{path}: calling `{name}()` raised {type(exc).__name__}",
+                                  user_traceback(exc, path)) from None
+            return check(result)
+        return make
+    fixed = check(value)
+    return lambda: fixed
+
+
+def flatten_variables(value) -> list:
+    """tf.Variables and Keras variables from any nesting of lists, dicts, models and optimizers."""
+    import tensorflow as tf
+
+    found = []
+    for leaf in tf.nest.flatten(value, expand_composites=False):
+        if isinstance(leaf, tf.Variable):
+            found.append(leaf)
+        elif hasattr(leaf, "variables") and not isinstance(leaf, tf.Variable):  # a Keras model or optimizer
+            found.extend(flatten_variables(list(leaf.variables)))
+        elif isinstance(getattr(leaf, "value", None), tf.Variable):  # a Keras 3 Variable wraps a tf.Variable
+            found.append(leaf.value)
+        else:
+            raise TypeError(type(leaf).__name__)
+    return found
+
+
+def _keras_target(module, path: Path) -> tuple[Any, Callable[[], tuple]]:
+    import tensorflow as tf
+
+    model, data = module.model, module.data
+    if not hasattr(model, "train_step"):
+        raise TargetError(f"{path}: `model` must be a keras.Model, got {type(model).__name__}")
+    if getattr(model, "optimizer", None) is None:
+        raise TargetError(f"{path}: `model` is not compiled: call model.compile(optimizer=..., loss=...) first")
+    if not isinstance(data, (tuple, list)) or len(data) not in (2, 3):
+        raise TargetError(f"{path}: `data` must be one batch as an (x, y) or (x, y, sample_weight) tuple")
+    batch = tuple(tf.convert_to_tensor(d) for d in data)
+    try:
+        # Build every variable (layers, optimizer slots, compiled metrics) before tracing, as fit does, so the
+        # traced step creates none and the snapshot holds all of them.
+        model._symbolic_build(data_batch=batch)
+    except Exception as exc:
+        raise TargetError(f"{path}: building `model` on `data` raised {type(exc).__name__}",
+                          user_traceback(exc, path)) from None
+
+    def train_step(*data_batch):
+        return model.train_step(data_batch)
+
+    step = tf.function(train_step, jit_compile=bool(model.jit_compile), reduce_retracing=True)
+    return step, (lambda: batch)
+
+
+def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs") -> Target:
+    path = Path(path)
+    module = load_module(path)
+    names = vars(module)
+    if step_name in names:
+        step = _as_tf_function(names[step_name], step_name, path)
+        if inputs_name not in names:
+            raise TargetError(f"{path} defines `{step_name}` but no `{inputs_name}` (the step's arguments, a tuple); "
+                              f"found: {', '.join(_public_names(module)) or 'nothing'}")
+        make_inputs = _inputs_factory(names[inputs_name], inputs_name, path)
+        form = "step"
+    elif "model" in names and "data" in names:
+        step, make_inputs = _keras_target(module, path)
+        form = "keras"
+    else:
+        raise TargetError(
+            f"{path} defines no `{step_name}`: define `{step_name}` (a tf.function) and `{inputs_name}`, or "
+            f"`model` (a compiled keras.Model) and `data`; found: {', '.join(_public_names(module)) or 'nothing'}")
+    variables = None
+    if "variables" in names:
+        try:
+            variables = flatten_variables(names["variables"])
+        except TypeError as exc:
+            raise TargetError(f"{path}: `variables` must hold tf.Variables, Keras variables or models; "
+                              f"found a {exc}") from None
+    return Target(path=path, step=step, make_inputs=make_inputs, variables=variables, form=form, module=module)

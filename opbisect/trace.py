@@ -1,0 +1,136 @@
+"""Trace the user's step into an OpGraph: concrete function -> inlined GraphDef -> networkx graph.
+
+Also binds the graph's placeholders to what feeds them at run time (the user's flattened arguments and the
+captured values, variable handles among them), and keys captured variables by a name stable across processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import TargetError
+from .inline import Origin, inline_calls
+from .ir import OPAQUE_STATE, OpGraph
+from .target import Target, user_traceback
+
+_LIBRARY_DIRS = tuple(os.sep + d + os.sep for d in ("tensorflow", "keras", "opbisect", "site-packages", "dist-packages",
+                                                     "tf_keras", "absl"))
+
+
+@dataclasses.dataclass
+class Trace:
+    graph: OpGraph
+    graph_def: Any  # the flat (inlined) GraphDef the instrumented step imports
+    concrete: Any  # the user's ConcreteFunction: the uninstrumented step
+    arg_names: list[str]  # placeholder op names fed by the user's flattened arguments, in order
+    capture_names: list[str]  # placeholder op names fed by captured values, in order
+    output_names: list[str]  # tensor names of the step's flat outputs
+    variables: dict[str, Any]  # variable key -> tf.Variable, every variable the step captures
+    jit_compile: bool | None
+
+    def flat_args(self, args: tuple) -> list:
+        """The user's arguments flattened the way the concrete function feeds its placeholders."""
+        from tensorflow.python.eager.polymorphic_function import function_type_utils
+
+        bound = function_type_utils.canonicalize_function_inputs(args, {}, self.concrete.function_type)
+        return list(self.concrete.function_type.unpack_inputs(bound))
+
+    def feeds(self, args: tuple) -> list:
+        return self.flat_args(args) + list(self.concrete.captured_inputs)
+
+
+def _site(origin: Origin | None) -> tuple[str, str]:
+    """(user site, library site) of an op: the innermost frame in the user's code, and the innermost frame."""
+    if origin is None:
+        return "", ""
+    try:
+        frames = origin.graph.get_operation_by_name(origin.name).traceback
+    except (KeyError, ValueError, AttributeError):
+        return "", ""
+    fmt = lambda f: f"{Path(f.filename).name}:{f.lineno} in {f.name}"  # noqa: E731
+    frames = [f for f in frames if "opbisect" + os.sep not in f.filename or "examples" in f.filename]
+    user = next((f for f in reversed(frames) if not any(d in f.filename for d in _LIBRARY_DIRS)
+                 and not f.filename.startswith("<")), None)
+    lib = next((f for f in reversed(frames) if "tensorflow" + os.sep not in f.filename), None)
+    return (fmt(user) if user else ""), (fmt(lib) if lib else "")
+
+
+def variable_keys(variables) -> dict[int, str]:
+    """id(variable) -> a key naming it, stable across processes: its name, made unique in name order."""
+    keys, seen = {}, {}
+    for v in sorted(variables, key=lambda v: v.name):
+        base = v.name[:-2] if v.name.endswith(":0") else v.name
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        keys[id(v)] = base if n == 0 else f"{base}#{n + 1}"
+    return keys
+
+
+def concrete_function(target: Target, args: tuple):
+    try:
+        return target.step.get_concrete_function(*args)
+    except Exception as exc:
+        raise TargetError(f"tracing `{target.path.name}`'s step raised {type(exc).__name__}: "
+                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}".rstrip(": "),
+                          user_traceback(exc, target.path)) from None
+
+
+def trace_step(target: Target, args: tuple) -> Trace:
+    import tensorflow as tf
+
+    cf = concrete_function(target, args)
+    fg = cf.graph
+    flat_gd, origins = inline_calls(fg.as_graph_def(), fg)
+
+    # Captured resources: map their placeholders to the variables behind them.
+    captured_vars = {id(v.handle): v for v in fg.variables}
+    internal = list(fg.internal_captures)
+    external = list(cf.captured_inputs)
+    keys = variable_keys(captured_vars.values())
+    var_of_placeholder, variables = {}, {}
+    for ext, inn in zip(external, internal):
+        v = captured_vars.get(id(ext))
+        if v is not None:
+            var_of_placeholder[inn.op.name] = keys[id(v)]
+            variables[keys[id(v)]] = v
+    n_args = len(fg.inputs) - len(internal)
+
+    # Import the flat GraphDef once, into a scratch graph, for output dtypes, shapes and statefulness.
+    scratch = tf.Graph()
+    with scratch.as_default():
+        tf.graph_util.import_graph_def(flat_gd, name="")
+    graph = OpGraph()
+    identity_like = {"Identity", "IdentityN"}
+    for op in scratch.get_operations():
+        user_site, lib_site = _site(origins.get(op.name))
+        graph.add_op(op.name, type=op.type, stateful=bool(op.op_def.is_stateful),
+                     outputs=[(t.dtype.name, str(t.shape)) for t in op.outputs],
+                     site=user_site, library_site=lib_site, device=op.device)
+    for op in scratch.get_operations():
+        for slot, t in enumerate(op.inputs):
+            graph.add_data_edge(t.op.name, t.value_index, op.name, slot)
+        for c in op.control_inputs:
+            graph.add_control_edge(c.name, op.name)
+        resources, res_dtypes = [], {}
+        for slot, t in enumerate(op.inputs):
+            if t.dtype != tf.resource:
+                continue
+            src = t.op
+            while src.type in identity_like and src.inputs:  # resource handles pass through Identity
+                src = src.inputs[t.value_index if src.type == "IdentityN" else 0].op
+            var = var_of_placeholder.get(src.name, OPAQUE_STATE)
+            resources.append((slot, var))
+            if var != OPAQUE_STATE:
+                res_dtypes[str(slot)] = variables[var].dtype.name
+        graph.attrs(op.name)["resources"] = resources
+        graph.attrs(op.name)["res_dtypes"] = res_dtypes
+    graph.add_resource_edges()
+    return Trace(graph=graph, graph_def=flat_gd, concrete=cf,
+                 arg_names=[t.op.name for t in fg.inputs[:n_args]],
+                 capture_names=[t.op.name for t in internal],
+                 output_names=[t.name for t in fg.outputs],
+                 variables=variables,
+                 jit_compile=getattr(target.step, "_jit_compile", None))
