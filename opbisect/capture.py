@@ -1,12 +1,14 @@
 """Capture: an instrumented copy of the traced step that also returns fingerprints of chosen tensors.
 
-The flat GraphDef is imported into a fresh tf.function, fed with the user's arguments and the captured values
-(variable handles among them), so the step runs on the user's real variables. Taps are added after the import:
-- an output `op:i` is fingerprinted where it is produced;
-- the state after a write, `op:res<i>`, is read right after the write and before any later use of the variable
-  (a ReadVariableOp ordered by control edges), then fingerprinted.
-The chosen set of taps is an argument, so bisection can tap only a frontier. `full` names tensors returned
-whole (for the magnitude pass of the sources only).
+The instrumented step is the flat GraphDef plus capture nodes, imported into a fresh tf.function and fed with
+the user's arguments and the captured values (variable handles among them), so it runs on the user's real
+variables. Capture nodes are added to the GraphDef itself:
+- an output `op:i` gets a copy of the fingerprint template stamped next to it;
+- the state after a write, `op:res<i>`, is read by a ReadVariableOp ordered right after the write and before
+  every later use of the variable (control edges), then fingerprinted.
+All digests are packed into one int64 vector, so one small copy reaches the host per run. The chosen set of
+taps is an argument, so bisection can tap only a frontier. `full` names tensors returned whole (for the
+magnitude pass of the sources only).
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .fingerprint import Fingerprinter
+from .fingerprint import Fingerprinter, tappable
+from .inline import parse_input
 from .ir import split_id
 from .trace import Trace
 
-SCOPE = "opb"
+PREFIX = "opbisect_capture"  # node names of capture nodes; the import scope is SCOPE
+SCOPE = "step"
+FAN_IN = 32  # grappler slows down sharply on nodes with thousands of inputs: pack in a tree
 
 
 @dataclasses.dataclass
@@ -29,17 +34,19 @@ class Instrumented:
     full: list[str]
     fn: Any  # tf.function(*feeds) -> (int64[len(taps)], [step outputs], [full tensors])
     trace: Trace
+    concrete: Any = None  # traced once, on the first call: resource handles would retrace the tf.function
 
     def __call__(self, args: tuple) -> tuple[np.ndarray, list, list]:
-        fps, outs, full = self.fn(*self.trace.feeds(args))
+        feeds = self.trace.feeds(args)
+        if self.concrete is None:
+            self.concrete = self.fn.get_concrete_function(*feeds)
+        fps, outs, full = self.concrete(*feeds)
         return fps.numpy(), list(outs), [t.numpy() for t in full]
 
 
 def tappable_tensors(trace: Trace, include_states: bool = True) -> tuple[list[str], dict[str, int]]:
     """All tensor ids worth tapping (numeric, integer, boolean outputs and post-write states), and the
     count of outputs skipped per dtype."""
-    from .fingerprint import tappable
-
     graph = trace.graph
     taps, skipped = [], {}
     for op in graph.topo_order():
@@ -54,54 +61,142 @@ def tappable_tensors(trace: Trace, include_states: bool = True) -> tuple[list[st
     return taps, skipped
 
 
-def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = ()) -> Instrumented:
+class _GraphDefBuilder:
+    """Appends capture nodes to a copy of the step's GraphDef."""
+
+    def __init__(self, graph_def):
+        from tensorflow.core.framework import graph_pb2
+
+        self.gd = graph_pb2.GraphDef()
+        self.gd.CopyFrom(graph_def)
+        self.nodes = {n.name: n for n in self.gd.node}
+        self.shared: dict[tuple, str] = {}  # (template key, const name) -> stamped name
+
+    def add(self, name: str, op: str, inputs=(), **attrs):
+        from tensorflow.core.framework import attr_value_pb2
+
+        if name in self.nodes:
+            raise ValueError(f"capture node name {name} is taken in the step's graph")
+        node = self.gd.node.add(name=name, op=op, input=list(inputs))  # add(): append() would store a copy
+        for key, value in attrs.items():  # ints are counts and axes; dtypes come as tf.DType
+            node.attr[key].CopyFrom(value if isinstance(value, attr_value_pb2.AttrValue) else
+                                    attr_value_pb2.AttrValue(i=value) if isinstance(value, int) else
+                                    attr_value_pb2.AttrValue(type=value.as_datatype_enum))
+        self.nodes[name] = node
+        return node
+
+    def stamp(self, key, template, source: str, prefix: str) -> str:
+        """Copy `template` reading tensor `source`; its input-less Consts are shared by all stamps."""
+        names = {}
+        for n in template.nodes:
+            shared = n.op == "Const" and not n.input
+            if shared:
+                names[n.name] = self.shared.setdefault((key, n.name), f"{PREFIX}/t{len(self.shared)}/{n.name}")
+                if names[n.name] in self.nodes:
+                    continue
+            else:
+                names[n.name] = f"{prefix}/{n.name}"
+            copy = self.gd.node.add()
+            copy.CopyFrom(n)
+            copy.name = names[n.name]
+            self.nodes[copy.name] = copy
+        for n in template.nodes:
+            node = self.nodes[names[n.name]]
+            fixed = []
+            for spec in node.input:
+                name, idx, control = parse_input(spec)
+                if name == template.source:
+                    fixed.append(f"^{source.split(':')[0]}" if control else source)
+                else:
+                    fixed.append(f"^{names[name]}" if control else f"{names[name]}:{idx}")
+            del node.input[:]
+            node.input.extend(fixed)
+        out_name, _, out_idx = template.output.rpartition(":")
+        return f"{names[out_name]}:{out_idx}"
+
+
+def _concat_tree(b: _GraphDefBuilder, rows: list[str]) -> str:
+    """The [1, 8] uint8 rows as one int64 vector: a tree of small ConcatV2 nodes, then one Bitcast."""
+    import tensorflow as tf
+    from tensorflow.core.framework import attr_value_pb2, tensor_pb2
+
+    out = f"{PREFIX}/fingerprints"
+    if not rows:
+        zeros = tensor_pb2.TensorProto(dtype=tf.int64.as_datatype_enum)
+        zeros.tensor_shape.dim.add(size=0)
+        b.add(out, "Const", dtype=tf.int64, value=attr_value_pb2.AttrValue(tensor=zeros))
+        return out + ":0"
+    axis = tensor_pb2.TensorProto(dtype=tf.int32.as_datatype_enum, int_val=[0])
+    b.add(f"{PREFIX}/axis", "Const", dtype=tf.int32, value=attr_value_pb2.AttrValue(tensor=axis))
+    level, depth = rows, 0
+    while len(level) > 1:
+        nxt = []
+        for i in range(0, len(level), FAN_IN):
+            part = level[i:i + FAN_IN]
+            name = f"{PREFIX}/concat/{depth}/{i}"
+            b.add(name, "ConcatV2", part + [f"{PREFIX}/axis:0"], N=len(part), T=tf.uint8, Tidx=tf.int32)
+            nxt.append(name + ":0")
+        level, depth = nxt, depth + 1
+    b.add(f"{PREFIX}/bitcast", "Bitcast", [level[0]], T=tf.uint8, type=tf.int64)  # [n, 8] uint8 -> [n] int64
+    shape = tensor_pb2.TensorProto(dtype=tf.int32.as_datatype_enum, int_val=[-1])
+    shape.tensor_shape.dim.add(size=1)
+    b.add(f"{PREFIX}/flat", "Const", dtype=tf.int32, value=attr_value_pb2.AttrValue(tensor=shape))
+    b.add(out, "Reshape", [f"{PREFIX}/bitcast:0", f"{PREFIX}/flat:0"], T=tf.int64, Tshape=tf.int32)
+    return out + ":0"
+
+
+def instrumented_graph_def(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = ()):
+    """(GraphDef, fingerprint vector spec, specs of the `full` tensors)."""
     import tensorflow as tf
 
     graph = trace.graph
-    placeholders = trace.arg_names + trace.capture_names
+    b = _GraphDefBuilder(trace.graph_def)
     later_users: dict[tuple[str, str], list[str]] = {}
     for u, v, d in graph.g.edges(data=True):
         if d["kind"] == "resource":
             later_users.setdefault((u, d["var"]), []).append(v)
+    states: dict[str, str] = {}
+
+    def spec(tid: str) -> str:
+        op, port = split_id(tid)
+        if not port.startswith("res"):
+            return tid
+        if tid not in states:  # read the variable right after the write, before anything else touches it
+            slot = int(port[3:])
+            write = b.nodes[op]
+            dtype = tf.as_dtype(graph.attrs(op)["res_dtypes"][str(slot)])
+            name = f"{PREFIX}/state/{op}/res{slot}"
+            b.add(name, "ReadVariableOp", [write.input[slot], f"^{op}"], dtype=dtype)
+            for user in later_users.get((op, dict(graph.resources(op))[slot]), []):
+                b.nodes[user].input.append(f"^{name}")
+            states[tid] = f"{name}:0"
+        return states[tid]
+
+    rows = []
+    for i, tid in enumerate(taps):
+        dtype = graph.dtype(tid)
+        rows.append(b.stamp(dtype, fingerprinter.template(dtype), spec(tid), f"{PREFIX}/tap/{i}"))
+    fps = _concat_tree(b, rows)
+    return b.gd, fps, [spec(t) for t in full]
+
+
+def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = ()) -> Instrumented:
+    import tensorflow as tf
+
+    gd, fps_spec, full_specs = instrumented_graph_def(trace, taps, fingerprinter, full)
+    placeholders = trace.arg_names + trace.capture_names
+    wanted = [fps_spec] + list(trace.output_names) + full_specs
 
     def body(*feeds):
         fed = {f"{name}:0": t for name, t in zip(placeholders, feeds)}
-        tf.graph_util.import_graph_def(trace.graph_def, input_map=fed, name=SCOPE)
-        g = tf.compat.v1.get_default_graph()
-        states = {}
-
-        def tensor(tid: str):
-            op, port = split_id(tid)
-            if port.startswith("res"):
-                if tid not in states:
-                    states[tid] = _read_after_write(g, graph, op, int(port[3:]), later_users)
-                return states[tid]
-            if f"{op}:{port}" in fed:  # placeholders are replaced by what feeds them
-                return fed[f"{op}:{port}"]
-            return g.get_tensor_by_name(f"{SCOPE}/{op}:{port}")
-
-        tapped = [tensor(t) for t in taps]
-        fps = fingerprinter.many(tapped)
-        outs = [tensor(n) for n in trace.output_names]
-        whole = [tf.identity(tensor(t)) for t in full]
-        return fps, outs, whole
+        got = tf.graph_util.import_graph_def(gd, input_map=fed, return_elements=wanted, name=SCOPE)
+        # A returned placeholder is the imported, unfed one: return what feeds it instead.
+        got = [fed.get(spec, t) for spec, t in zip(wanted, got)]
+        n = len(trace.output_names)
+        return got[0], got[1:1 + n], got[1 + n:]
 
     fn = tf.function(body, autograph=False, jit_compile=trace.jit_compile)
     return Instrumented(taps=list(taps), full=list(full), fn=fn, trace=trace)
-
-
-def _read_after_write(g, graph, op: str, slot: int, later_users: dict):
-    """The variable at `op`'s resource input `slot`, read right after `op` and before every later user."""
-    import tensorflow as tf
-
-    write = g.get_operation_by_name(f"{SCOPE}/{op}")
-    var = dict(graph.resources(op))[slot]
-    dtype = tf.as_dtype(graph.attrs(op)["res_dtypes"][str(slot)])
-    with tf.control_dependencies([write]):
-        value = tf.raw_ops.ReadVariableOp(resource=write.inputs[slot], dtype=dtype)
-    for user in later_users.get((op, var), []):
-        g.get_operation_by_name(f"{SCOPE}/{user}")._add_control_input(value.op)  # noqa: SLF001 - no public API
-    return value
 
 
 def make_state_fingerprinter(variables: dict, fingerprinter: Fingerprinter) -> Callable[[], dict[str, int]]:

@@ -8,11 +8,21 @@ This module is the device seam: everything device-specific about capture is choo
   depend on the order a parallel reduction adds in; any single-element change moves it (an odd weight is
   invertible mod 2^64), and it never leaves the device.
 
-Both return one int64 per tensor. A tensor whose static shape is not fully known also folds in its shape, so
-a reshaped or shorter result with the same bytes still differs.
+Both give one int64 per tensor and both depend on the element count (farmhash on the byte length, the sum
+through a size term), so a shorter or longer result differs. The shape itself is not folded in: a result that
+differs only by a reshape to the same element count with the same bytes is not seen (folding it in cost ten
+nodes per dynamically shaped tap, a third of all taps in a Keras step, and made grappler several times slower).
+
+A fingerprinter is written once in TensorFlow ops (`row`: the digest as a [1, 8] uint8 row, so that many rows
+concatenate and bitcast to int64 once); `template` traces it into a small GraphDef per dtype that capture
+stamps next to every tapped tensor (copying protobufs is far faster than creating thousands of ops from Python,
+and fewer nodes per tap keep grappler's time down).
 """
 
 from __future__ import annotations
+
+import dataclasses
+import functools
 
 SKIPPED_DTYPES = ("resource", "variant", "string")
 
@@ -38,29 +48,47 @@ def _as_bits(t):
     return tf.reshape(t, [-1])
 
 
+@dataclasses.dataclass(frozen=True)
+class Template:
+    """A traced fingerprint subgraph: `nodes` read placeholder `source`; `output` is the [1, 8] uint8 row."""
+
+    nodes: tuple  # NodeDefs
+    source: str
+    output: str
+
+
 class Fingerprinter:
     name = "base"
 
     def one(self, t):
-        """int64 scalar digest of one tensor (built in the current graph)."""
+        """int64 scalar digest of one tensor's bits (built in the current graph)."""
         raise NotImplementedError
 
+    def row(self, t):
+        """The digest as a [1, 8] uint8 row."""
+        import tensorflow as tf
+
+        return tf.reshape(tf.bitcast(self.one(t), tf.uint8), [1, 8])
+
+    @functools.lru_cache(maxsize=None)  # noqa: B019 - fingerprinters are few and live for the process
+    def template(self, dtype_name: str) -> Template:
+        import tensorflow as tf
+
+        g = tf.Graph()
+        with g.as_default():
+            x = tf.compat.v1.placeholder(tf.as_dtype(dtype_name), name="x")
+            out = self.row(x)
+        nodes = tuple(n for n in g.as_graph_def().node if n.name != "x")
+        return Template(nodes=nodes, source="x", output=out.name)
+
     def many(self, tensors):
-        """int64[len(tensors)] digests; subclasses may batch the work."""
+        """int64[len(tensors)] digests, built with ops in the current graph (for small sets: the state)."""
         import tensorflow as tf
 
         if not tensors:
             return tf.zeros([0], tf.int64)
-        return tf.stack([self._with_shape(t, self.one(t)) for t in tensors])
-
-    def _with_shape(self, t, digest):
-        import tensorflow as tf
-
-        if t.shape.is_fully_defined():
-            return digest
-        shape = tf.cast(tf.shape(t), tf.int64)
-        mix = tf.reduce_sum(shape * (tf.range(tf.size(shape, out_type=tf.int64)) * 2 + 1)) * _SIZE_MIX
-        return digest + mix
+        rows = [self.row(t) for t in tensors]
+        return tf.reshape(tf.bitcast(tf.concat(rows, 0), tf.int64), [-1])
 
 
 class FarmhashFingerprinter(Fingerprinter):
@@ -69,25 +97,15 @@ class FarmhashFingerprinter(Fingerprinter):
     def one(self, t):
         import tensorflow as tf
 
-        if t.dtype == tf.bool:
-            t = tf.cast(t, tf.uint8)
-        return tf.reshape(tf.bitcast(tf.fingerprint(tf.reshape(t, [1, -1])), tf.int64), [])
+        return tf.reshape(tf.bitcast(self.row(t), tf.int64), [])
 
-    def many(self, tensors):
+    def row(self, t):
+        # Two nodes per tap (Reshape, Fingerprint): farmhash already gives the 8-byte row.
         import tensorflow as tf
 
-        if not tensors:
-            return tf.zeros([0], tf.int64)
-        # One [n, 8] uint8 block, bitcast once, rather than a bitcast per tap.
-        digests = []
-        for t in tensors:
-            flat = tf.cast(t, tf.uint8) if t.dtype == tf.bool else t
-            fp = tf.fingerprint(tf.reshape(flat, [1, -1]))
-            if not t.shape.is_fully_defined():
-                fp = tf.bitcast(tf.reshape(self._with_shape(t, tf.reshape(tf.bitcast(fp, tf.int64), [])), [1]),
-                                tf.uint8)
-            digests.append(fp)
-        return tf.reshape(tf.bitcast(tf.concat(digests, 0), tf.int64), [-1])
+        if t.dtype == tf.bool:
+            t = tf.cast(t, tf.uint8)
+        return tf.raw_ops.Fingerprint(data=tf.expand_dims(t, 0), method="farmhash64")
 
 
 class WeightedSumFingerprinter(Fingerprinter):

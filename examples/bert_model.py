@@ -1,0 +1,45 @@
+"""A small BERT-like classifier shared by the bert_like examples (not a target itself: it defines no step).
+
+Token and position embeddings, transformer encoder blocks (multi-head attention, LayerNorm, GELU feed-forward),
+mean pooling and a Dense classifier, trained with SparseCategoricalCrossentropy(from_logits=True) and Adam.
+"""
+
+import keras
+import numpy as np
+
+VOCAB, LENGTH, DIM, HEADS, LAYERS, CLASSES, BATCH = 4000, 64, 128, 4, 2, 8, 32
+
+
+class Embeddings(keras.layers.Layer):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.tokens = keras.layers.Embedding(VOCAB, DIM)
+        self.positions = keras.layers.Embedding(LENGTH, DIM)
+
+    def call(self, ids):
+        positions = keras.ops.arange(keras.ops.shape(ids)[1])
+        return self.tokens(ids) + self.positions(positions)[None]
+
+
+def encoder_block(x):
+    attended = keras.layers.MultiHeadAttention(HEADS, DIM // HEADS)(x, x)
+    x = keras.layers.LayerNormalization()(x + attended)
+    hidden = keras.layers.Dense(4 * DIM, activation="gelu")(x)
+    return keras.layers.LayerNormalization()(x + keras.layers.Dense(DIM)(hidden))
+
+
+def build_model() -> keras.Model:
+    ids = keras.Input((LENGTH,), dtype="int32")
+    x = Embeddings()(ids)
+    for _ in range(LAYERS):
+        x = encoder_block(x)
+    logits = keras.layers.Dense(CLASSES)(keras.layers.GlobalAveragePooling1D()(x))
+    return keras.Model(ids, logits)
+
+
+def batch(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    # Zipf-like token ids: frequent tokens repeat within the batch, as in real text.
+    ids = np.minimum(rng.zipf(1.3, (BATCH, LENGTH)), VOCAB - 1).astype("int32")
+    labels = rng.integers(0, CLASSES, (BATCH,)).astype("int32")
+    return ids, labels
