@@ -133,6 +133,9 @@ def _concat_tree(b: _GraphDefBuilder, rows: list[str]) -> str:
         nxt = []
         for i in range(0, len(level), FAN_IN):
             part = level[i:i + FAN_IN]
+            if len(part) == 1:  # ConcatV2 wants at least two inputs
+                nxt.append(part[0])
+                continue
             name = f"{PREFIX}/concat/{depth}/{i}"
             b.add(name, "ConcatV2", part + [f"{PREFIX}/axis:0"], N=len(part), T=tf.uint8, Tidx=tf.int32)
             nxt.append(name + ":0")

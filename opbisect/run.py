@@ -15,6 +15,7 @@ from typing import Callable
 
 from .errors import CannotTest, TargetError
 from .settings import PINNED_GRAPPLER
+from .target import error_summary
 
 
 @dataclasses.dataclass
@@ -118,8 +119,8 @@ class Runner:
                 except TargetError:
                     raise
                 except Exception as exc:
-                    raise CannotTest(f"the instrumented step failed where the plain step ran ({type(exc).__name__}: "
-                                     f"{_first_line(exc)}); this is an opbisect bug: please report it") from None
+                    raise CannotTest(f"the instrumented step failed where the plain step ran ({error_summary(exc)}); "
+                                     f"this is an opbisect bug: please report it") from None
                 result.fps.append(fps.tolist())
                 result.outputs.append(self.output_fps(outs))
                 result.after.append(self.state_fps())
@@ -139,12 +140,8 @@ class Runner:
             self.progress.update(task, visible=False)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _step_error(exc: BaseException, target) -> TargetError:
     from .target import user_traceback
 
-    return TargetError(f"the step raised {type(exc).__name__}: {_first_line(exc)}", user_traceback(exc, target.path))
+    return TargetError(f"the step raised {error_summary(exc)}",
+                       user_traceback(exc, target.path))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import linecache
 import sys
 import traceback
 from pathlib import Path
@@ -33,15 +34,52 @@ class Target:
 
 
 def user_traceback(exc: BaseException, path: Path) -> str:
-    """The traceback of `exc` from the first frame in the user's script on (our own frames are noise to them)."""
+    """What the user needs of `exc`'s traceback: the frames from their script on, without opbisect's own.
+
+    Errors raised while tracing carry the user's frames in their message ("in user code:"), and errors raised
+    while running the graph name where the failing op was defined; for those the message's frames in the
+    script are shown instead of TensorFlow's internals.
+    """
     frames = traceback.extract_tb(exc.__traceback__)
-    start = next((i for i, f in enumerate(frames) if Path(f.filename).resolve() == path.resolve()), 0)
-    lines = ["Traceback (most recent call last):\n"] + traceback.format_list(frames[start:])
-    if isinstance(exc, SyntaxError):  # the offending line is in the exception, not in a frame
-        lines += traceback.format_exception_only(type(exc), exc)
-    else:
-        lines.append(f"{type(exc).__name__}: {exc}\n")
-    return "".join(lines)
+    here = path.resolve()
+    start = next((i for i, f in enumerate(frames) if Path(f.filename).resolve() == here), None)
+    if start is not None:
+        lines = ["Traceback (most recent call last):\n"] + traceback.format_list(frames[start:])
+        if isinstance(exc, SyntaxError):  # the offending line is in the exception, not in a frame
+            lines += traceback.format_exception_only(type(exc), exc)
+        else:
+            lines.append(f"{type(exc).__name__}: {exc}\n")
+        return "".join(lines)
+    if isinstance(exc, SyntaxError):
+        return "".join(traceback.format_exception_only(type(exc), exc))
+    text = str(exc)
+    if "in user code:" in text:
+        return text.strip() + "\n"
+    shown = []
+    for line in text.splitlines():
+        if line.strip().startswith("File ") and str(here) in line:
+            shown.append(line.rstrip() + "\n")
+            number = line.split(", line ")[-1].split(",")[0]
+            if number.isdigit():
+                source = linecache.getline(str(here), int(number)).strip()
+                if source:
+                    shown.append(f"    {source}\n")
+    return ("The failing op was created at:\n" + "".join(shown)) if shown else ""
+
+
+def error_summary(exc: BaseException) -> str:
+    """'<type>: <the one line of its text that says what went wrong>'."""
+    name = type(exc).__name__
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return name
+    line = lines[0]
+    if "in user code:" in line:
+        line = lines[-1]  # e.g. "ValueError: the batch is empty"
+    elif line.startswith("Graph execution error"):
+        body = [x for x in lines[1:] if not x.startswith(("File ", "Detected at", "[[", "[Op:"))]
+        line = body[0] if body else line
+    return line if line.startswith(name + ":") else f"{name}: {line}"
 
 
 def load_module(path: Path):

@@ -14,7 +14,7 @@ from typing import Any
 from .errors import TargetError
 from .inline import Origin, inline_calls
 from .ir import OPAQUE_STATE, OpGraph
-from .target import Target, user_traceback
+from .target import Target, error_summary, user_traceback
 
 _LIBRARY_DIRS = tuple(os.sep + d + os.sep for d in ("tensorflow", "keras", "opbisect", "site-packages", "dist-packages",
                                                      "tf_keras", "absl"))
@@ -73,8 +73,7 @@ def concrete_function(target: Target, args: tuple):
     try:
         return target.step.get_concrete_function(*args)
     except Exception as exc:
-        raise TargetError(f"tracing `{target.path.name}`'s step raised {type(exc).__name__}: "
-                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}".rstrip(": "),
+        raise TargetError(f"tracing `{target.path.name}`'s step raised {error_summary(exc)}",
                           user_traceback(exc, target.path)) from None
 
 

@@ -1,0 +1,162 @@
+"""Capture overhead, measured side by side in one run (a benchmark, not a test).
+
+For one target script (default: the BERT-like step) it times, in this process:
+  plain         the user's step (its concrete function), one call
+  instrumented  the step with every tensor tapped (what `opbisect trace` runs), one call
+  trace         a whole `opbisect trace` with N runs, against N plain steps
+and, with --debugger, TF Debugger V2 (`tf.debugging.experimental.enable_dump_debug_info`) in the modes given,
+each in a fresh process that times its own plain step first, so every ratio compares two timings taken in
+the same process.
+
+    python benchmarks/capture_overhead.py [--script examples/bert_like.py] [--device cpu|gpu]
+        [--repeats 30] [--runs 5] [--debugger NO_TENSOR,FULL_TENSOR]
+
+Prints a table; --json FILE also writes the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def timed(fn, repeats: int, sync) -> float:
+    """Median seconds of one call, after warm-up calls (first-call compilation stays out)."""
+    for _ in range(3):
+        sync(fn())
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        sync(fn())
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def sync_outputs(result) -> None:
+    """Wait for the device: copy one scalar of the result to the host."""
+    import tensorflow as tf
+
+    flat = [t for t in tf.nest.flatten(result) if hasattr(t, "numpy")]
+    if flat:
+        flat[0].numpy()
+
+
+def setup(script: Path, device: str):
+    from opbisect.pipeline import setup_tensorflow
+    from opbisect.target import load_target
+    from opbisect.trace import trace_step
+
+    tf, kind = setup_tensorflow(device)
+    target = load_target(script)
+    args = target.make_inputs()
+    return tf, kind, target, args, trace_step(target, args)
+
+
+def measure_capture(script: Path, device: str, repeats: int, runs: int) -> dict:
+    from opbisect import capture, fingerprint
+    from opbisect.pipeline import run_trace
+    from opbisect.settings import TraceSettings
+
+    tf, kind, target, args, trace = setup(script, device)
+    fp = fingerprint.for_device(kind, jit=bool(trace.jit_compile))
+    taps, _ = capture.tappable_tensors(trace)
+    inst = capture.build(trace, taps, fp)
+    plain = timed(lambda: trace.concrete(*args), repeats, sync_outputs)
+    instrumented = timed(lambda: inst(args), repeats, lambda r: None)  # inst copies its digests to the host
+    plain_again = timed(lambda: trace.concrete(*args), repeats, sync_outputs)  # drift check
+    tapped_bytes = sum(_bytes(trace.graph, t) for t in taps)
+    with tempfile.TemporaryDirectory() as out:
+        start = time.perf_counter()
+        run_trace(TraceSettings(script=script, out=Path(out), runs=runs, progress=False, device=device),
+                  echo=lambda line: None)
+        whole = time.perf_counter() - start
+    return {"device": kind, "fingerprinter": fp.name, "taps": len(taps), "tapped_MB": tapped_bytes / 1e6,
+            "plain_ms": plain * 1e3, "plain_again_ms": plain_again * 1e3, "instrumented_ms": instrumented * 1e3,
+            "ratio": instrumented / plain, "runs": runs, "trace_s": whole, "n_plain_steps_s": runs * plain,
+            "trace_over_plain_steps": whole / (runs * plain)}
+
+
+def _bytes(graph, tid: str) -> int:
+    import tensorflow as tf
+
+    op, _, port = tid.rpartition(":")
+    if port.startswith("res"):
+        return 0
+    dtype, shape = graph.attrs(op)["outputs"][int(port)]
+    dims = shape.strip("()[]").replace(" ", "").split(",")
+    if "None" in shape or "unknown" in shape:
+        return 0
+    n = 1
+    for d in dims:
+        if d:
+            n *= int(d)
+    return n * tf.as_dtype(dtype).size
+
+
+def measure_debugger(script: Path, device: str, repeats: int, mode: str) -> dict:
+    """Plain step, then the same Python step re-traced under TF Debugger V2 in `mode`, in this process."""
+    tf, kind, target, args, trace = setup(script, device)
+    plain = timed(lambda: trace.concrete(*args), repeats, sync_outputs)
+    with tempfile.TemporaryDirectory() as dump:
+        tf.debugging.experimental.enable_dump_debug_info(dump, tensor_debug_mode=mode, circular_buffer_size=-1)
+        debugged = tf.function(target.step.python_function, jit_compile=trace.jit_compile)
+        concrete = debugged.get_concrete_function(*args)
+        with_debugger = timed(lambda: concrete(*args), repeats, sync_outputs)
+        tf.debugging.experimental.disable_dump_debug_info()
+    return {"mode": mode, "plain_ms": plain * 1e3, "debugger_ms": with_debugger * 1e3,
+            "ratio": with_debugger / plain}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--script", type=Path, default=ROOT / "examples" / "bert_like.py")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"])
+    p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--debugger", default="", help="comma-separated TF Debugger V2 modes, e.g. NO_TENSOR,FULL_TENSOR")
+    p.add_argument("--json", type=Path)
+    p.add_argument("--child-debugger", default="", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child_debugger:
+        print(json.dumps(measure_debugger(a.script, a.device, a.repeats, a.child_debugger)))
+        return
+    result = {"script": str(a.script), "capture": measure_capture(a.script, a.device, a.repeats, a.runs),
+              "debugger": []}
+    for mode in filter(None, a.debugger.split(",")):
+        done = subprocess.run([sys.executable, __file__, "--script", str(a.script), "--device", a.device,
+                               "--repeats", str(a.repeats), "--child-debugger", mode],
+                              capture_output=True, text=True, check=False)
+        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+        result["debugger"].append(json.loads(lines[-1]) if lines else {"mode": mode, "error": done.stderr[-500:]})
+    c = result["capture"]
+    print(f"capture overhead: {a.script.name} on {c['device']} ({c['fingerprinter']}), {c['taps']} tensors tapped "
+          f"({c['tapped_MB']:.0f} MB of static-shape outputs), median of {a.repeats} calls")
+    print(f"{'what':<34}{'ms/step':>10}{'ratio':>8}")
+    print(f"{'plain step':<34}{c['plain_ms']:>10.2f}{1:>8.2f}")
+    print(f"{'plain step, timed again':<34}{c['plain_again_ms']:>10.2f}{c['plain_again_ms'] / c['plain_ms']:>8.2f}")
+    print(f"{'instrumented step (opbisect)':<34}{c['instrumented_ms']:>10.2f}{c['ratio']:>8.2f}")
+    for d in result["debugger"]:
+        if "error" in d:
+            print(f"TF Debugger V2 {d['mode']}: failed: {d['error']}")
+        else:
+            print(f"{'TF Debugger V2 ' + d['mode']:<34}{d['debugger_ms']:>10.2f}{d['ratio']:>8.2f}"
+                  f"   (its own plain step: {d['plain_ms']:.2f} ms)")
+    print(f"whole `opbisect trace --runs {c['runs']}`: {c['trace_s']:.1f} s = {c['trace_over_plain_steps']:.0f}x "
+          f"the {c['runs']} plain steps it examines ({c['n_plain_steps_s'] * 1e3:.0f} ms)")
+    if a.json:
+        a.json.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

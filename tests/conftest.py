@@ -1,0 +1,74 @@
+"""Helpers: write a small step script literally, run `opbisect trace` on it in-process, read what it wrote."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+HEADER = """\
+import numpy as np
+import tensorflow as tf
+"""
+
+
+@dataclasses.dataclass
+class Traced:
+    code: int
+    csv: pd.DataFrame
+    lines: list[str]
+    record: object
+    csv_path: Path
+
+    @property
+    def sources(self) -> list[str]:
+        return list(self.csv["op_name"])
+
+    def row(self, op_name: str) -> dict:
+        return self.csv[self.csv["op_name"] == op_name].iloc[0].to_dict()
+
+
+def write_script(folder: Path, name: str, body: str) -> Path:
+    path = folder / f"{name}.py"
+    path.write_text(HEADER + textwrap.dedent(body))
+    return path
+
+
+def trace(path: Path, out: Path, **settings) -> Traced:
+    from opbisect import report
+    from opbisect.pipeline import run_trace
+    from opbisect.settings import TraceSettings
+
+    lines: list[str] = []
+    settings.setdefault("runs", 4)
+    code = run_trace(TraceSettings(script=path, out=out, progress=False, **settings), echo=lines.append)
+    csv_path, raw_path = report.paths(out, path.stem)
+    return Traced(code=code, csv=pd.read_csv(csv_path), lines=lines, record=report.load(raw_path),
+                  csv_path=csv_path)
+
+
+@pytest.fixture
+def run_step(tmp_path):
+    """run_step(body, name=..., **settings): write the script, trace it, return a Traced."""
+
+    def run(body: str, name: str = "model_step", **settings) -> Traced:
+        return trace(write_script(tmp_path, name, body), tmp_path / "reports", **settings)
+
+    return run
+
+
+def cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the `opbisect` command line as a user would, in a fresh process."""
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+    return subprocess.run([sys.executable, "-m", "opbisect", *args], capture_output=True, text=True,
+                          cwd=cwd or ROOT, env=full_env, timeout=600)

@@ -1,0 +1,136 @@
+"""The command line as a user meets it: exit codes, one-line errors, the user's traceback, no half reports."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from conftest import EXAMPLES, cli, write_script
+from opbisect.cli import main
+
+
+def run_main(capsys, *args) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_subprocess_finds_the_sgd_scatter_and_writes_the_ranked_csv(tmp_path):
+    done = cli("trace", str(EXAMPLES / "embedding_sgd.py"), "--runs", "6", "--out", str(tmp_path), "--no-progress")
+    assert done.returncode == 1, done.stderr
+    csv = pd.read_csv(tmp_path / "embedding_sgd.csv")
+    assert list(csv["op_type"])[:1] == ["ResourceScatterSub"] and list(csv["rank"]) == list(range(1, len(csv) + 1))
+    assert "sgd/ResourceScatterSub is the first bad op" in done.stdout
+    # The saved runs re-make the same report without running anything.
+    again = cli("report", str(tmp_path / "embedding_sgd.runs.json"), "--out", str(tmp_path / "again"))
+    assert again.returncode == 1, again.stderr
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again" / "embedding_sgd.csv"), csv)
+
+
+def test_missing_file_is_a_one_line_usage_error(capsys, tmp_path):
+    code, out, err = run_main(capsys, "trace", str(tmp_path / "nope.py"), "--out", str(tmp_path))
+    assert code == 2 and err.strip() == f"opbisect: no such file: {tmp_path / 'nope.py'}"
+    assert not list(tmp_path.glob("*.csv"))
+
+
+def test_bad_arguments_exit_2(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        main(["trace"])
+    assert exc.value.code == 2
+    code, _, err = run_main(capsys, "trace", str(EXAMPLES / "bert_like.py"), "--runs", "1")
+    assert code == 2 and "--runs must be at least 2" in err
+
+
+def test_syntax_error_shows_the_users_traceback_and_exits_2(capsys, tmp_path):
+    path = write_script(tmp_path, "broken", "def step(:\n    pass\n")
+    code, _, err = run_main(capsys, "trace", str(path), "--out", str(tmp_path))
+    assert code == 2
+    assert "broken.py" in err and "SyntaxError" in err and "has a syntax error (line 3)" in err
+    assert not list(tmp_path.glob("*.csv"))
+
+
+def test_script_without_step_says_what_it_found(capsys, tmp_path):
+    path = write_script(tmp_path, "nostep", "learning_rate = 0.1\ndef train():\n    pass\n")
+    code, _, err = run_main(capsys, "trace", str(path), "--out", str(tmp_path))
+    assert code == 2
+    assert "defines no `step`" in err and "found: learning_rate, train" in err  # modules are not listed
+
+
+def test_step_without_inputs_and_inputs_of_the_wrong_type_are_named(capsys, tmp_path):
+    path = write_script(tmp_path, "noinputs", "@tf.function\ndef step(x):\n    return x\n")
+    code, _, err = run_main(capsys, "trace", str(path), "--out", str(tmp_path))
+    assert code == 2 and "defines `step` but no `inputs`" in err
+    path = write_script(tmp_path, "badinputs", "@tf.function\ndef step(x):\n    return x\ninputs = 3\n")
+    code, _, err = run_main(capsys, "trace", str(path), "--out", str(tmp_path))
+    assert code == 2 and "`inputs` must be a tuple" in err and "got int" in err
+
+
+def test_inputs_that_do_not_fit_the_step_show_the_trace_error(capsys, tmp_path):
+    path = write_script(tmp_path, "arity", "@tf.function\ndef step(x, y):\n    return x + y\ninputs = (1.0,)\n")
+    code, _, err = run_main(capsys, "trace", str(path), "--out", str(tmp_path))
+    assert code == 2 and "tracing `arity.py`'s step raised TypeError" in err
+    assert not list(tmp_path.glob("*.csv"))
+
+
+def test_a_step_that_raises_shows_the_users_traceback(capsys, tmp_path):
+    path = write_script(tmp_path, "raises", """
+        def check(x):
+            raise ValueError("the batch is empty")
+
+
+        @tf.function
+        def step(x):
+            check(x)
+            return x
+
+
+        inputs = (tf.ones([2]),)
+        """)
+    code, _, err = run_main(capsys, "trace", str(path), "--out", str(tmp_path))
+    assert code == 2
+    assert 'raise ValueError("the batch is empty")' in err and "ValueError" in err.splitlines()[-1]
+    assert not list(tmp_path.glob("*.csv"))
+
+
+def test_a_step_that_fails_at_run_time_exits_2_without_a_report(capsys, tmp_path):
+    path = write_script(tmp_path, "runtime", """
+        @tf.function
+        def step(x):
+            tf.debugging.assert_positive(x, message="x must be positive")
+            return x * 2
+
+
+        inputs = (tf.constant([-1.0]),)
+        """)
+    code, _, err = run_main(capsys, "trace", str(path), "--out", str(tmp_path))
+    assert code == 2 and "the step raised InvalidArgumentError" in err and "x must be positive" in err
+    assert not list(tmp_path.glob("*.csv")) and not list(tmp_path.glob("*.json"))
+
+
+def test_nan_outputs_string_and_empty_tensors_get_a_correct_verdict(capsys, tmp_path):
+    path = write_script(tmp_path, "odd", """
+        w = tf.Variable(tf.ones([3]), name="w")
+
+
+        @tf.function
+        def step(x, words, empty):
+            nan = tf.math.log(x - 10.0)  # NaN, deterministically
+            tokens = tf.strings.split(words)
+            count = tf.cast(tf.size(tokens), tf.float32)
+            w.assign_add(nan * 0.0 + count + tf.reduce_sum(empty))
+            return nan, tokens, empty * 2
+
+
+        inputs = (tf.ones([3]), tf.constant("a b c"), tf.zeros([0, 4]))
+        """)
+    code, out, err = run_main(capsys, "trace", str(path), "--out", str(tmp_path), "--runs", "3", "--no-progress")
+    assert code == 0, err
+    assert "1 result: deterministic" in out and "string" in out  # string outputs are counted as skipped
+    assert pd.read_csv(tmp_path / "odd.csv").empty
+
+
+def test_report_of_a_file_that_is_no_record_exits_2(capsys, tmp_path):
+    bogus = tmp_path / "x.runs.json"
+    bogus.write_text('{"version": 99}')
+    code, _, err = run_main(capsys, "report", str(bogus))
+    assert code == 2 and "is not an opbisect record" in err

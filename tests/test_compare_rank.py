@@ -1,0 +1,122 @@
+"""The pure stages on literal inputs: source finding, magnitudes, ranking. No TensorFlow."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from opbisect.compare import compare
+from opbisect.ir import OpGraph
+from opbisect.magnitude import of_runs, of_source
+from opbisect.rank import COLUMNS, rank
+
+
+def chain(*ops: tuple[str, str, list[str]], writes: dict | None = None, reads: dict | None = None) -> OpGraph:
+    """ops: (name, type, [input tensor ids]); writes/reads: {op: variable}."""
+    g = OpGraph()
+    writes, reads = writes or {}, reads or {}
+    for name, op_type, inputs in ops:
+        resources = [(0, writes.get(name) or reads.get(name))] if name in writes or name in reads else []
+        outputs = [] if name in writes else [("float32", "(4,)")]
+        g.add_op(name, type=op_type, stateful=bool(resources) or op_type == "RandomUniform",
+                 outputs=outputs, resources=resources, res_dtypes={"0": "float32"} if name in writes else {})
+    for name, _, inputs in ops:
+        for slot, tid in enumerate(inputs):
+            src, _, idx = tid.rpartition(":")
+            g.add_data_edge(src, int(idx), name, slot + 1)
+    return g
+
+
+def test_the_op_whose_inputs_agree_is_the_source_not_what_follows():
+    g = chain(("x", "Placeholder", []), ("a", "MatMul", ["x:0"]), ("b", "Sum", ["a:0"]), ("c", "Tanh", ["b:0"]))
+    taps = ["x:0", "a:0", "b:0", "c:0"]
+    fps = [[1, 2, 3, 4], [1, 2, 9, 8], [1, 2, 3, 4]]  # b varies on identical a; c follows b
+    cmp = compare(g, taps, fps, [{}, {}, {}], results=["c:0"])
+    assert [(s.op, s.kind, s.runs_differing, s.distinct_values) for s in cmp.sources] == [("b", "op", 1, 2)]
+    assert cmp.sources[0].downstream_differing == 1 and cmp.sources[0].affects_result
+    assert cmp.differing == ["b:0", "c:0"]
+
+
+def test_a_write_that_varies_on_identical_inputs_is_a_write_source_and_later_reads_are_not():
+    g = chain(("u", "Const", []), ("w", "ResourceScatterSub", ["u:0"]), ("r", "ReadVariableOp", []),
+              ("y", "Sum", ["r:0"]), writes={"w": "table"}, reads={"r": "table"})
+    g.add_control_edge("w", "r")
+    g.add_resource_edges()
+    taps = ["u:0", "w:res0", "r:0", "y:0"]
+    fps = [[5, 1, 7, 9], [5, 2, 8, 10], [5, 3, 6, 11]]
+    before = [{"table": 42}] * 3
+    cmp = compare(g, taps, fps, before, results=["y:0", "w:res0"])
+    assert [(s.op, s.kind) for s in cmp.sources] == [("w", "write")]
+    assert g.prior_writes("r", "table") == ["w"]
+
+
+def test_a_read_of_state_that_differed_before_the_step_is_a_state_source():
+    g = chain(("r", "ReadVariableOp", []), ("y", "Mul", ["r:0"]), reads={"r": "counter"})
+    cmp = compare(g, ["r:0", "y:0"], [[1, 2], [3, 4]], [{"counter": 10}, {"counter": 11}])
+    assert [(s.op, s.kind) for s in cmp.sources] == [("r", "state")]
+    assert cmp.initial_differs == {"counter": True}
+
+
+def test_random_and_input_ops_get_their_kinds_and_identical_runs_give_no_source():
+    g = chain(("it", "IteratorGetNext", []), ("n", "RandomUniform", []), ("s", "AddV2", ["it:0", "n:0"]))
+    cmp = compare(g, ["it:0", "n:0", "s:0"], [[1, 2, 3], [4, 5, 6]], [{}, {}])
+    assert {s.op: s.kind for s in cmp.sources} == {"it": "input", "n": "random"}
+    assert compare(g, ["it:0", "n:0", "s:0"], [[1, 2, 3], [1, 2, 3]], [{}, {}]).sources == []
+
+
+def test_an_untapped_input_counts_as_differing_only_if_its_producer_saw_a_difference():
+    g = chain(("x", "Placeholder", []), ("s", "AsString", ["x:0"]), ("h", "StringToHashBucketFast", ["s:0"]))
+    # s (a string) is not tapped; h differs while x does not: h is the source, s is presumed identical.
+    cmp = compare(g, ["x:0", "h:0"], [[1, 2], [1, 3]], [{}, {}])
+    assert [s.op for s in cmp.sources] == ["h"]
+    cmp = compare(g, ["x:0", "h:0"], [[1, 2], [4, 3]], [{}, {}])
+    assert [s.op for s in cmp.sources] == ["x"]
+
+
+def test_magnitude_measures_abs_ulp_and_fraction_across_runs():
+    a = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    b = a.copy()
+    b[1] = np.nextafter(np.float32(2.0), np.float32(3.0))  # one ulp up
+    c = a.copy()
+    c[1] = np.nextafter(np.nextafter(np.float32(2.0), np.float32(0)), np.float32(0))  # two ulp down
+    m = of_runs([a, b, c])
+    assert m.max_ulp_diff == 3 and m.frac_elements_differing == 0.25 and m.elements == 4
+    assert math.isclose(m.max_abs_diff, float(b[1]) - float(c[1]))
+    assert of_runs([a, a]).max_ulp_diff == 0 and of_runs([a, a]).frac_elements_differing == 0
+
+
+def test_magnitude_handles_sign_crossing_nan_ints_bools_and_empty():
+    assert of_runs([np.float32([-0.0]), np.float32([0.0])]).max_ulp_diff == 0  # differ in bits, not in value
+    assert of_runs([np.float32([-0.0]), np.float32([0.0])]).frac_elements_differing == 1.0
+    tiny = np.float32(1e-45)  # the smallest subnormal: one ulp either side of zero
+    assert of_runs([np.float32([-tiny]), np.float32([tiny])]).max_ulp_diff == 2
+    assert math.isinf(of_runs([np.float32([np.nan, 1]), np.float32([1, 1])]).max_abs_diff)
+    assert of_runs([np.int32([3, 5]), np.int32([3, 9])]).max_ulp_diff == 4
+    assert of_runs([np.array([True]), np.array([False])]).max_abs_diff == 1
+    assert of_runs([np.zeros(0, np.float32)] * 2).elements == 0
+    both = of_source([[np.float32([1, 1]), np.float32([1, 2])], [np.float32([0] * 6)] * 2])
+    assert both.frac_elements_differing == 1 / 8 and both.elements == 8
+
+
+def test_ranking_rule_puts_result_reaching_then_widest_then_largest_first():
+    rows = pd.DataFrame([
+        dict(op_name="late_big", affects_result=True, downstream_differing=50, frac_elements_differing=0.5,
+             max_ulp_diff=100.0, position=90),
+        dict(op_name="harmless", affects_result=False, downstream_differing=500, frac_elements_differing=1.0,
+             max_ulp_diff=1e6, position=1),
+        dict(op_name="early_small", affects_result=True, downstream_differing=50, frac_elements_differing=0.5,
+             max_ulp_diff=100.0, position=10),
+        dict(op_name="wide", affects_result=True, downstream_differing=80, frac_elements_differing=0.01,
+             max_ulp_diff=1.0, position=50),
+        dict(op_name="more_elements", affects_result=True, downstream_differing=50, frac_elements_differing=0.9,
+             max_ulp_diff=1.0, position=95),
+    ])
+    for col in COLUMNS:
+        if col not in rows and col != "rank":
+            rows[col] = ""
+    ranked = rank(rows)
+    assert list(ranked["op_name"]) == ["wide", "more_elements", "early_small", "late_big", "harmless"]
+    assert list(ranked["rank"]) == [1, 2, 3, 4, 5] and list(ranked.columns) == COLUMNS
+    assert list(rank(pd.DataFrame()).columns) == COLUMNS

@@ -1,0 +1,188 @@
+"""End to end on CPU with real TensorFlow: real and injected culprits are named, and nothing else is."""
+
+from __future__ import annotations
+
+from conftest import EXAMPLES, cli, trace
+
+RANDOM_STEP = """
+w = tf.Variable(tf.ones([8, 4]), name="w")
+x = tf.constant(np.arange(32, dtype=np.float32).reshape(4, 8) / 32)
+
+
+@tf.function
+def step(x):
+    y = tf.matmul(x, w)
+    noise = tf.random.uniform(tf.shape(w), name="noise")  # no seed: a fresh draw every run
+    w.assign_sub(0.01 * (noise + tf.reduce_mean(y)))
+    return tf.reduce_sum(y)
+
+
+inputs = (x,)
+"""
+
+RACY_PYFUNC = """
+import concurrent.futures
+import random
+import time
+
+_pool = concurrent.futures.ThreadPoolExecutor(8)
+
+
+def finish_order_sum(x):
+    # Sums chunks in the order the threads finish: float addition is not associative.
+    def work(chunk):
+        time.sleep(random.random() * 1e-3)
+        return chunk.sum(dtype=np.float32)
+
+    total = np.float32(0)
+    for done in concurrent.futures.as_completed([_pool.submit(work, c) for c in np.array_split(x, 64)]):
+        total += done.result()
+    return np.float32(total)
+
+"""
+
+PYFUNC_STEP = RACY_PYFUNC + """
+w = tf.Variable(tf.ones([256]), name="w")
+x = tf.constant(np.random.default_rng(0).standard_normal(4096).astype(np.float32) * 1e4)
+
+
+@tf.function
+def step(x):
+    s = tf.numpy_function(finish_order_sum, [x], tf.float32, name="racy_sum")
+    w.assign_add(tf.fill([256], s) * 1e-6)
+    return s
+
+
+inputs = (x,)
+"""
+
+
+def test_sgd_embedding_step_names_its_scatter_update_first(tmp_path):
+    t = trace(EXAMPLES / "embedding_sgd.py", tmp_path, runs=6)
+    assert t.code == 1
+    first = t.csv.iloc[0]
+    assert (first["rank"], first["op_type"], first["kind"]) == (1, "ResourceScatterSub", "write")
+    assert first["affects_result"]
+    assert first["max_ulp_diff"] > 0 and 0 < first["frac_elements_differing"] < 1
+    assert "is the first bad op" in t.lines[-2] and first["op_name"] in t.lines[-2]
+
+
+def test_unseeded_random_op_is_the_single_source(run_step):
+    t = run_step(RANDOM_STEP)
+    assert t.code == 1
+    assert t.sources == ["noise/RandomUniform"]
+    row = t.row("noise/RandomUniform")
+    assert row["kind"] == "random" and row["distinct_values"] == 4 and row["affects_result"]
+    assert "stateless" in row["known_remedy"]
+    assert row["source_location"].startswith("model_step.py:")
+
+
+def test_numpy_function_summing_in_thread_finish_order_is_the_single_source(run_step):
+    t = run_step(PYFUNC_STEP, runs=6)
+    assert t.code == 1
+    assert t.sources == ["racy_sum"]
+    row = t.row("racy_sum")
+    assert (row["op_type"], row["kind"]) == ("PyFunc", "op")
+    assert row["downstream_differing"] >= 2  # the fill, the update...
+
+
+def test_two_independent_sources_are_both_found(run_step):
+    body = PYFUNC_STEP.replace("    w.assign_add(tf.fill([256], s) * 1e-6)",
+                               "    w.assign_add(tf.fill([256], s) * 1e-6)\n"
+                               "    v.assign_add(tf.random.normal([3], name='draw'))")
+    body = body.replace('w = tf.Variable(tf.ones([256]), name="w")',
+                        'w = tf.Variable(tf.ones([256]), name="w")\nv = tf.Variable(tf.zeros([3]), name="v")')
+    t = run_step(body, runs=6)
+    assert sorted(t.sources) == ["draw/RandomStandardNormal", "racy_sum"]
+    assert dict(zip(t.csv["op_name"], t.csv["kind"])) == {"draw/RandomStandardNormal": "random", "racy_sum": "op"}
+
+
+def test_reads_after_a_nondeterministic_write_are_not_sources(run_step):
+    # A CPU scatter-add over 8192 updates into 4 rows races; everything that reads the table after differs.
+    t = run_step("""
+        table = tf.Variable(tf.zeros([4, 64]), name="table")
+        rng = np.random.default_rng(1)
+        updates = tf.constant(rng.standard_normal((8192, 64)).astype(np.float32))
+        rows = tf.constant(rng.integers(0, 4, 8192).astype(np.int32))
+
+
+        @tf.function
+        def step(updates, rows):
+            table.scatter_add(tf.IndexedSlices(updates, rows))
+            after = table.read_value()
+            return tf.reduce_sum(after * after), tf.reduce_max(after)
+
+
+        inputs = (updates, rows)
+        """, runs=8)
+    assert t.code == 1
+    assert t.sources == ["ResourceScatterAdd"]
+    assert t.row("ResourceScatterAdd")["kind"] == "write"
+    graph, differs = t.record.graph, t.record.compare().differs
+    reads_after = [op for op in graph.ops if graph.op_type(op) == "ReadVariableOp" and graph.prior_writes(op, "table")]
+    assert reads_after and all(differs[f"{op}:0"] for op in reads_after)  # they differ, yet are no source
+    assert t.row("ResourceScatterAdd")["downstream_differing"] >= len(reads_after) + 2
+
+
+def test_a_variable_left_out_of_variables_is_reported_as_state(run_step):
+    t = run_step("""
+        w = tf.Variable(tf.ones([4]), name="w")
+        counter = tf.Variable(0.0, name="counter")
+
+
+        @tf.function
+        def step(x):
+            counter.assign_add(1.0)
+            w.assign(w * 0.5 + counter)
+            return tf.reduce_sum(x * w)
+
+
+        inputs = (tf.ones([4]),)
+        variables = [w]  # counter is not restored between runs
+        """)
+    assert t.code == 1
+    assert t.sources == ["AssignAddVariableOp"]
+    assert t.row("AssignAddVariableOp")["kind"] == "state"
+    assert "restore it" in t.row("AssignAddVariableOp")["known_remedy"]
+
+
+def test_deterministic_step_exits_0_with_a_header_only_csv(run_step):
+    t = run_step("""
+        w = tf.Variable(tf.linspace(0.0, 1.0, 64), name="w")
+
+
+        @tf.function
+        def step(x):
+            y = tf.tanh(x * w)
+            w.assign_sub(0.1 * y)
+            return tf.reduce_sum(y)
+
+
+        inputs = (tf.ones([64]),)
+        """)
+    assert t.code == 0
+    assert t.csv.empty and "op_name" in t.csv.columns
+    assert any("capture did not change the step's result" in line for line in t.lines)
+
+
+def test_bert_like_step_is_deterministic_on_cpu(tmp_path):
+    t = trace(EXAMPLES / "bert_like.py", tmp_path, runs=3)
+    assert t.code == 0 and t.csv.empty
+    assert t.record.meta["form"] == "step" and t.record.meta["restored_variables"] > 50
+
+
+def test_bert_like_model_data_form_traces_the_models_own_train_step(tmp_path):
+    t = trace(EXAMPLES / "bert_like_fit.py", tmp_path, runs=3)
+    assert t.code == 0 and t.csv.empty
+    assert t.record.meta["form"] == "keras"
+    ops = set(t.record.graph.ops)
+    assert any("Adam" in op or "adam" in op for op in ops)  # the compiled optimizer's update is in the step
+
+
+def test_sgd_step_under_op_determinism_exits_0(tmp_path):
+    script = tmp_path / "sgd_deterministic.py"
+    script.write_text("import runpy\nimport tensorflow as tf\n\ntf.config.experimental.enable_op_determinism()\n"
+                      f"globals().update(runpy.run_path({str(EXAMPLES / 'embedding_sgd.py')!r}))\n")
+    done = cli("trace", str(script), "--runs", "6", "--out", str(tmp_path), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "sgd_deterministic.csv").read_text().count("\n") == 1  # the header alone

@@ -1,0 +1,186 @@
+"""Tracing (inlining, resource edges, check) and capture (fingerprints, state reads) on small real steps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import write_script
+from opbisect import capture, fingerprint
+from opbisect.errors import GraphCheckError
+from opbisect.ir import OpGraph
+from opbisect.target import load_target
+from opbisect.trace import trace_step
+
+NESTED = """
+v = tf.Variable(tf.zeros([3]), name="v")
+
+
+@tf.function
+def inner(a):
+    v.assign_add(a)
+    return tf.reduce_sum(a * a, name="sq")
+
+
+@tf.function
+def step(x):
+    s = inner(x + 1.0)
+    return s * 2.0
+
+
+inputs = (tf.constant([1.0, 2.0, 3.0]),)
+"""
+
+
+def traced(tmp_path, body):
+    target = load_target(write_script(tmp_path, "model_step", body))
+    args = target.make_inputs()
+    return trace_step(target, args), args
+
+
+@pytest.mark.parametrize("fp", [fingerprint.FarmhashFingerprinter(), fingerprint.WeightedSumFingerprinter()],
+                         ids=["farmhash", "wsum"])
+def test_fingerprints_are_bitwise_exact_and_see_any_single_element_change(fp):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(1000).astype(np.float32)
+    many = tf.function(lambda ts: fp.many(list(ts)))
+    base = many([tf.constant(x)]).numpy()[0]
+    assert many([tf.constant(x.copy())]).numpy()[0] == base
+    for i in (0, 517, 999):
+        y = x.copy()
+        y[i] = np.nextafter(y[i], np.float32(np.inf))  # one ulp
+        assert many([tf.constant(y)]).numpy()[0] != base
+    z = x.copy()
+    z[[3, 4]] = z[[4, 3]]  # a swap keeps the sum of the bits: position weights must see it
+    assert many([tf.constant(z)]).numpy()[0] != base
+    # (numpy arrays: eager TF caches scalar constants by value, and -0.0 == 0.0 would hit the cache)
+    assert many([tf.constant(np.float32([-0.0]))]).numpy()[0] != many([tf.constant(np.float32([0.0]))]).numpy()[0]
+    assert many([tf.zeros([0])]).numpy()[0] != many([tf.zeros([1])]).numpy()[0]
+    digests = many([tf.constant(True), tf.constant([1, 2], tf.int64), tf.constant([1.5], tf.bfloat16),
+                    tf.constant([1 + 2j], tf.complex128)]).numpy()
+    assert len(set(digests.tolist())) == 4
+
+
+def test_weighted_sum_does_not_depend_on_summation_order():
+    # Integer addition wraps and commutes: a reduction in any order gives the same digest.
+    fp = fingerprint.WeightedSumFingerprinter()
+    x = tf.constant(np.random.default_rng(1).standard_normal(4096).astype(np.float32))
+    digest = tf.function(lambda t: fp.one(t))(x).numpy()
+    bits = tf.bitcast(x, tf.int32).numpy().tolist()
+    terms = [b * (2 * i + 1) * 0x9E3779B97F4A7C15 for i, b in enumerate(bits)]  # exact Python ints
+    for order in (range(4096), reversed(range(4096)), np.random.default_rng(2).permutation(4096)):
+        total = 0
+        for i in order:
+            total = (total + terms[i]) % 2**64  # what wrapping int64 adds do, in this order
+        total = (total + 4096 * 0x27D4EB2F165667C5) % 2**64
+        assert total - 2**64 * (total >= 2**63) == digest
+
+
+def test_nested_tf_functions_are_inlined_with_their_creation_sites(tmp_path):
+    trace, _ = traced(tmp_path, NESTED)
+    graph = trace.graph
+    types = {graph.op_type(op) for op in graph.ops}
+    assert "StatefulPartitionedCall" not in types and "PartitionedCall" not in types
+    inner_ops = [op for op in graph.ops if op.startswith("StatefulPartitionedCall/")]
+    assert any(graph.op_type(op) == "AssignAddVariableOp" for op in inner_ops)
+    sq = next(op for op in inner_ops if op.endswith("/sq"))
+    assert graph.site(sq).startswith("model_step.py:") and "in inner" in graph.site(sq)
+    assert graph.data_inputs(sq) and graph.check() == []
+
+
+def test_instrumented_nested_step_matches_the_plain_step(tmp_path):
+    trace, args = traced(tmp_path, NESTED)
+    v = trace.variables["v"]
+    start = v.numpy().copy()
+    plain = float(trace.concrete(*args))
+    after_plain = v.numpy().copy()
+    v.assign(start)
+    taps, _ = capture.tappable_tensors(trace)
+    inst = capture.build(trace, taps, fingerprint.FarmhashFingerprinter(), full=["StatefulPartitionedCall/sq:0"])
+    fps, outs, full = inst(args)
+    assert float(outs[0]) == plain and np.array_equal(v.numpy(), after_plain)
+    assert len(fps) == len(taps) and full[0] == pytest.approx(4 + 9 + 16)
+
+
+def test_state_after_each_write_is_read_before_the_next_write(tmp_path):
+    trace, args = traced(tmp_path, """
+        c = tf.Variable(1.0, name="c")
+
+
+        @tf.function
+        def step(x):
+            c.assign(c * 2.0)
+            c.assign_add(x)
+            c.assign(c * 10.0)
+            return c.read_value()
+
+
+        inputs = (tf.constant(3.0),)
+        """)
+    graph = trace.graph
+    writes = [op for op in graph.topo_order() if graph.written(op)]
+    assert len(writes) == 3
+    states = [f"{w}:res0" for w in writes]
+    inst = capture.build(trace, [], fingerprint.FarmhashFingerprinter(), full=states)
+    _, outs, full = inst(args)
+    assert [float(f) for f in full] == [2.0, 5.0, 50.0] and float(outs[0]) == 50.0
+    assert graph.prior_writes(writes[2], "c") == writes[:2]
+
+
+def test_variables_are_keyed_by_name_not_by_order(tmp_path):
+    trace, _ = traced(tmp_path, """
+        a = tf.Variable(1.0, name="same")
+        b = tf.Variable(2.0, name="same")
+        z = tf.Variable(3.0, name="alpha")
+
+
+        @tf.function
+        def step():
+            return b + a + z
+
+
+        inputs = ()
+        """)
+    assert sorted(trace.variables) == ["alpha", "same", "same#2"]
+
+
+def test_check_refuses_a_graph_with_a_cycle_and_notes_opaque_control_flow():
+    g = OpGraph()
+    g.add_op("a", type="While", outputs=[("float32", "()")])
+    g.add_op("b", type="Neg", outputs=[("float32", "()")])
+    g.add_data_edge("a", 0, "b", 0)
+    notes = g.check()
+    assert len(notes) == 1 and notes[0].level == "note" and "1 While kept opaque" in notes[0].message
+    g.add_data_edge("b", 0, "a", 0)
+    with pytest.raises(GraphCheckError, match="cycle"):
+        g.check()
+
+
+def test_graph_round_trips_through_json(tmp_path):
+    trace, _ = traced(tmp_path, NESTED)
+    again = OpGraph.from_json(trace.graph.to_json())
+    assert again.ops == trace.graph.ops
+    assert [again.resources(op) for op in again.ops] == [trace.graph.resources(op) for op in trace.graph.ops]
+    assert again.position == trace.graph.position
+
+
+@pytest.mark.parametrize("n", [0, 1, 31, 32, 33, 70])
+def test_any_number_of_taps_packs_into_one_vector_in_tap_order(tmp_path, n):
+    trace, args = traced(tmp_path, """
+        @tf.function
+        def step(x):
+            for i in range(40):
+                x = tf.sin(x) * float(i + 1)
+            return x
+
+
+        inputs = (tf.constant([0.5, 0.25]),)
+        """)
+    taps, _ = capture.tappable_tensors(trace)
+    chosen = (taps * 2)[:n]  # the same tensor may be tapped twice
+    fp = fingerprint.FarmhashFingerprinter()
+    fps, _, full = capture.build(trace, chosen, fp, full=chosen)(args)
+    one = tf.function(lambda ts: fp.many(list(ts)))
+    expected = one([tf.constant(a) for a in full]).numpy() if n else np.zeros(0, np.int64)
+    assert fps.shape == (n,) and np.array_equal(fps, expected)
