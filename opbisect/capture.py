@@ -115,20 +115,14 @@ class _GraphDefBuilder:
         return f"{names[out_name]}:{out_idx}"
 
 
-def _concat_tree(b: _GraphDefBuilder, rows: list[str]) -> str:
-    """The [1, 8] uint8 rows as one int64 vector: a tree of small ConcatV2 nodes, then one Bitcast."""
+def _concat_tree(b: _GraphDefBuilder, parts: list[str], dtype) -> str:
+    """One tensor of the parts, concatenated on axis 0 by a tree of small ConcatV2 nodes."""
     import tensorflow as tf
     from tensorflow.core.framework import attr_value_pb2, tensor_pb2
 
-    out = f"{PREFIX}/fingerprints"
-    if not rows:
-        zeros = tensor_pb2.TensorProto(dtype=tf.int64.as_datatype_enum)
-        zeros.tensor_shape.dim.add(size=0)
-        b.add(out, "Const", dtype=tf.int64, value=attr_value_pb2.AttrValue(tensor=zeros))
-        return out + ":0"
     axis = tensor_pb2.TensorProto(dtype=tf.int32.as_datatype_enum, int_val=[0])
     b.add(f"{PREFIX}/axis", "Const", dtype=tf.int32, value=attr_value_pb2.AttrValue(tensor=axis))
-    level, depth = rows, 0
+    level, depth = parts, 0
     while len(level) > 1:
         nxt = []
         for i in range(0, len(level), FAN_IN):
@@ -137,15 +131,57 @@ def _concat_tree(b: _GraphDefBuilder, rows: list[str]) -> str:
                 nxt.append(part[0])
                 continue
             name = f"{PREFIX}/concat/{depth}/{i}"
-            b.add(name, "ConcatV2", part + [f"{PREFIX}/axis:0"], N=len(part), T=tf.uint8, Tidx=tf.int32)
+            b.add(name, "ConcatV2", part + [f"{PREFIX}/axis:0"], N=len(part), T=dtype, Tidx=tf.int32)
             nxt.append(name + ":0")
         level, depth = nxt, depth + 1
-    b.add(f"{PREFIX}/bitcast", "Bitcast", [level[0]], T=tf.uint8, type=tf.int64)  # [n, 8] uint8 -> [n] int64
+    return level[0]
+
+
+def _empty_digests(b: _GraphDefBuilder) -> str:
+    import tensorflow as tf
+    from tensorflow.core.framework import attr_value_pb2, tensor_pb2
+
+    zeros = tensor_pb2.TensorProto(dtype=tf.int64.as_datatype_enum)
+    zeros.tensor_shape.dim.add(size=0)
+    b.add(f"{PREFIX}/fingerprints", "Const", dtype=tf.int64, value=attr_value_pb2.AttrValue(tensor=zeros))
+    return f"{PREFIX}/fingerprints:0"
+
+
+def _stamped_digests(b: _GraphDefBuilder, graph, specs: list[tuple[str, str]], fingerprinter) -> str:
+    """A template stamped next to each tensor, the [1, 8] uint8 rows concatenated and bitcast to int64[n]."""
+    import tensorflow as tf
+    from tensorflow.core.framework import attr_value_pb2, tensor_pb2
+
+    rows = [b.stamp(dtype, fingerprinter.template(dtype), spec, f"{PREFIX}/tap/{i}")
+            for i, (spec, dtype) in enumerate(specs)]
+    block = _concat_tree(b, rows, tf.uint8)
+    b.add(f"{PREFIX}/bitcast", "Bitcast", [block], T=tf.uint8, type=tf.int64)  # [n, 8] uint8 -> [n] int64
     shape = tensor_pb2.TensorProto(dtype=tf.int32.as_datatype_enum, int_val=[-1])
     shape.tensor_shape.dim.add(size=1)
     b.add(f"{PREFIX}/flat", "Const", dtype=tf.int32, value=attr_value_pb2.AttrValue(tensor=shape))
-    b.add(out, "Reshape", [f"{PREFIX}/bitcast:0", f"{PREFIX}/flat:0"], T=tf.int64, Tshape=tf.int32)
-    return out + ":0"
+    b.add(f"{PREFIX}/fingerprints", "Reshape", [f"{PREFIX}/bitcast:0", f"{PREFIX}/flat:0"], T=tf.int64,
+          Tshape=tf.int32)
+    return f"{PREFIX}/fingerprints:0"
+
+
+FUSED_GROUP = 512  # taps per fused node, in topological order: an early group runs (and frees) early
+
+
+def _fused_digests(b: _GraphDefBuilder, specs: list[tuple[str, str]]) -> str:
+    """One OpbisectFingerprint node per group of taps, their int64 vectors concatenated."""
+    import tensorflow as tf
+    from tensorflow.core.framework import attr_value_pb2
+
+    parts = []
+    for i in range(0, len(specs), FUSED_GROUP):
+        group = specs[i:i + FUSED_GROUP]
+        types = attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(
+            type=[tf.as_dtype(d).as_datatype_enum for _, d in group]))
+        name = f"{PREFIX}/fused/{i}"
+        b.add(name, "OpbisectFingerprint", [s for s, _ in group], T=types)
+        parts.append(name + ":0")
+    b.add(f"{PREFIX}/fingerprints", "Identity", [_concat_tree(b, parts, tf.int64)], T=tf.int64)
+    return f"{PREFIX}/fingerprints:0"
 
 
 def instrumented_graph_def(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = ()):
@@ -175,11 +211,13 @@ def instrumented_graph_def(trace: Trace, taps: list[str], fingerprinter: Fingerp
             states[tid] = f"{name}:0"
         return states[tid]
 
-    rows = []
-    for i, tid in enumerate(taps):
-        dtype = graph.dtype(tid)
-        rows.append(b.stamp(dtype, fingerprinter.template(dtype), spec(tid), f"{PREFIX}/tap/{i}"))
-    fps = _concat_tree(b, rows)
+    specs = [(spec(t), graph.dtype(t)) for t in taps]
+    if not specs:
+        fps = _empty_digests(b)
+    elif fingerprinter.fused:
+        fps = _fused_digests(b, specs)
+    else:
+        fps = _stamped_digests(b, graph, specs, fingerprinter)
     return b.gd, fps, [spec(t) for t in full]
 
 

@@ -25,6 +25,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--no-pin-grappler", dest="pin_grappler", action="store_false",
                    help="analyse under your grappler config instead of pinning constant folding and arithmetic "
                         "optimization off for the plain and the instrumented step")
+    t.add_argument("--fingerprint", choices=["auto", "farmhash", "wsum", "fused"], default="auto",
+                   help="auto: farmhash on CPU, the fused op on GPU, the weighted sum under XLA")
     t.add_argument("--magnitude-runs", type=int, default=0, help="runs of the magnitude pass (default: --runs)")
     t.add_argument("--no-progress", dest="progress", action="store_false", help="no progress display")
     r = sub.add_parser("report", help="re-make the CSV and summary from a saved <script>.runs.json")

@@ -3,10 +3,12 @@
 This module is the device seam: everything device-specific about capture is choosing a Fingerprinter.
 
 - `FarmhashFingerprinter` (CPU): `tf.fingerprint` over each tensor's bytes. Fastest on CPU; CPU kernel only.
-- `WeightedSumFingerprinter` (any device, the GPU one): the sum over elements of (bits as int64) x (an odd,
+- `WeightedSumFingerprinter` (any device; under XLA): the sum over elements of (bits as int64) x (an odd,
   position-dependent weight), wrapping mod 2^64. Integer addition wraps and commutes, so the result does not
   depend on the order a parallel reduction adds in; any single-element change moves it (an odd weight is
   invertible mod 2^64), and it never leaves the device.
+- `FusedFingerprinter` (GPU): the same function through one custom op over many tensors
+  (opbisect/kernels): one CUDA launch per 96 tensors instead of several TensorFlow kernels per tensor.
 
 Both give one int64 per tensor and both depend on the element count (farmhash on the byte length, the sum
 through a size term), so a shorter or longer result differs. The shape itself is not folded in: a result that
@@ -58,7 +60,9 @@ class Template:
 
 
 class Fingerprinter:
+    key = "base"  # what --fingerprint calls it
     name = "base"
+    fused = False  # True: digests many tensors in one node (`many`), no per-tap template
 
     def one(self, t):
         """int64 scalar digest of one tensor's bits (built in the current graph)."""
@@ -92,6 +96,7 @@ class Fingerprinter:
 
 
 class FarmhashFingerprinter(Fingerprinter):
+    key = "farmhash"
     name = "farmhash64 (tf.fingerprint, CPU)"
 
     def one(self, t):
@@ -109,6 +114,7 @@ class FarmhashFingerprinter(Fingerprinter):
 
 
 class WeightedSumFingerprinter(Fingerprinter):
+    key = "wsum"
     name = "int64 position-weighted wrap-around sum"
 
     def one(self, t):
@@ -120,11 +126,42 @@ class WeightedSumFingerprinter(Fingerprinter):
         return tf.reduce_sum(bits * weights) + n * _SIZE_MIX
 
 
-FINGERPRINTERS = {"farmhash": FarmhashFingerprinter, "wsum": WeightedSumFingerprinter}
+class FusedFingerprinter(Fingerprinter):
+    key = "fused"
+    name = "int64 position-weighted wrap-around sum, fused op (one launch per 96 tensors)"
+    fused = True
+
+    def __init__(self, cuda: bool):
+        from . import kernels
+
+        self.module = kernels.load(cuda)  # raises kernels.BuildError
+
+    def many(self, tensors):
+        import tensorflow as tf
+
+        if not tensors:
+            return tf.zeros([0], tf.int64)
+        return self.module.opbisect_fingerprint(list(tensors))
 
 
-def for_device(device: str, jit: bool = False) -> Fingerprinter:
-    """The fingerprinter for a device kind ('cpu' or 'gpu'); `jit`: it must compile with XLA (no farmhash)."""
-    if device == "gpu" or jit:
-        return WeightedSumFingerprinter()
-    return FarmhashFingerprinter()
+def for_device(device: str, jit: bool = False, choice: str = "auto") -> tuple[Fingerprinter, str]:
+    """The fingerprinter for a device kind ('cpu' or 'gpu') and a note on the choice.
+
+    `jit`: the step compiles with XLA, so capture must too (no farmhash, no custom op: the weighted sum in
+    TensorFlow ops). `choice` forces one: farmhash, wsum or fused.
+    """
+    from .kernels import BuildError
+
+    if choice == "farmhash":
+        return FarmhashFingerprinter(), ""
+    if choice == "wsum" or jit:
+        return WeightedSumFingerprinter(), ("the step compiles with XLA" if jit and choice != "wsum" else "")
+    if choice == "fused" or device == "gpu":
+        try:
+            return FusedFingerprinter(cuda=device == "gpu"), ""
+        except BuildError as exc:
+            if choice == "fused":
+                raise
+            first = str(exc).splitlines()[0]
+            return WeightedSumFingerprinter(), f"the fused op could not be built ({first}): fell back"
+    return FarmhashFingerprinter(), ""

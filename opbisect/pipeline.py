@@ -12,7 +12,7 @@ import time
 
 from . import capture, fingerprint, report
 from .errors import CannotTest, TargetError
-from .ir import state_id
+from .ir import Finding, state_id
 from .magnitude import of_source
 from .run import Runner, pinned_options
 from .settings import TraceSettings
@@ -82,7 +82,9 @@ def run_trace(settings: TraceSettings, echo=print) -> int:
     args = target.make_inputs()
     trace = trace_step(target, args)
     findings = trace.graph.check()
-    fp = fingerprint.for_device(kind, jit=bool(trace.jit_compile))
+    fp, fp_note = fingerprint.for_device(kind, jit=bool(trace.jit_compile), choice=settings.fingerprint)
+    if fp_note:
+        findings.append(Finding("note", f"fingerprint: {fp.name}, because {fp_note}"))
 
     restored = _restored_variables(trace, target)
     snapshot = Snapshot(restored)
@@ -115,7 +117,7 @@ def run_trace(settings: TraceSettings, echo=print) -> int:
             magnitudes = {s.op: of_source([column[t] for t in s.tensors]) for s in comparison.sources}
 
     partial.meta = {
-        "script": str(settings.script), "form": target.form, "runs": settings.runs, "fingerprinter": fp.name,
+        "script": str(settings.script), "form": target.form, "runs": settings.runs, "fingerprinter": fp.name, "fingerprint": fp.key,
         "jit_compile": bool(trace.jit_compile), "ops": len(trace.graph), "variables": len(trace.variables),
         "restored_variables": len(restored), "seconds": round(time.time() - started, 2),
         **environment(tf, kind),

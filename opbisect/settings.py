@@ -21,6 +21,7 @@ class TraceSettings:
     pin_grappler: bool = True
     magnitude_runs: int = 0  # 0: as many as `runs`
     progress: bool = True
+    fingerprint: str = "auto"  # auto | farmhash | wsum | fused
 
     def validate(self) -> None:
         from .errors import UsageError
@@ -29,3 +30,5 @@ class TraceSettings:
             raise UsageError(f"--runs must be at least 2 to compare runs (got {self.runs})")
         if self.device not in ("auto", "cpu", "gpu"):
             raise UsageError(f"--device must be auto, cpu or gpu (got {self.device!r})")
+        if self.fingerprint not in ("auto", "farmhash", "wsum", "fused"):
+            raise UsageError(f"--fingerprint must be auto, farmhash, wsum or fused (got {self.fingerprint!r})")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from conftest import EXAMPLES, cli, trace
 
 RANDOM_STEP = """
@@ -67,8 +69,10 @@ def test_sgd_embedding_step_names_its_scatter_update_first(tmp_path):
     assert "is the first bad op" in t.lines[-2] and first["op_name"] in t.lines[-2]
 
 
-def test_unseeded_random_op_is_the_single_source(run_step):
-    t = run_step(RANDOM_STEP)
+@pytest.mark.parametrize("fp", ["farmhash", "wsum", "fused"])
+def test_unseeded_random_op_is_the_single_source(run_step, fp):
+    t = run_step(RANDOM_STEP, fingerprint=fp)
+    assert t.record.meta["fingerprint"] == fp
     assert t.code == 1
     assert t.sources == ["noise/RandomUniform"]
     row = t.row("noise/RandomUniform")

@@ -184,3 +184,16 @@ def test_any_number_of_taps_packs_into_one_vector_in_tap_order(tmp_path, n):
     one = tf.function(lambda ts: fp.many(list(ts)))
     expected = one([tf.constant(a) for a in full]).numpy() if n else np.zeros(0, np.int64)
     assert fps.shape == (n,) and np.array_equal(fps, expected)
+
+
+def test_fused_op_computes_the_weighted_sum_definition_on_every_dtype():
+    fused, note = fingerprint.for_device("cpu", choice="fused")  # builds the op's CPU kernel here
+    assert fused.fused and note == ""
+    rng = np.random.default_rng(0)
+    tensors = [tf.constant(rng.standard_normal(20000).astype(np.float32)), tf.constant(np.uint8([200, 3])),
+               tf.constant([True, False]), tf.constant(rng.standard_normal(7), tf.bfloat16),
+               tf.constant(np.arange(5, dtype=np.int64) - 2), tf.constant([1 + 2j, 3 - 1j], tf.complex128),
+               tf.constant([1 + 2j], tf.complex64), tf.zeros([0, 3]), tf.constant(np.float16([1.5, -2])),
+               tf.constant(np.uint64([2**63 + 5])), tf.constant(rng.standard_normal((3, 5)))]
+    reference = tf.function(lambda ts: fingerprint.WeightedSumFingerprinter().many(list(ts)))(tensors).numpy()
+    assert np.array_equal(fused.many(tensors).numpy(), reference)

@@ -1,0 +1,84 @@
+"""The fused fingerprint op (`OpbisectFingerprint`): built from source on first use, cached, loaded into TF.
+
+One op digests many tensors: on a GPU one CUDA launch per batch of up to 96 tensors, reading each tensor
+once, instead of several TensorFlow kernels per tensor. Its CPU kernel computes the same function (and is
+what the tests check against the TensorFlow-ops definition in opbisect/fingerprint.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SOURCES = ("fingerprint.h", "fingerprint_op.cc", "fingerprint_kernel.cu")
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("OPBISECT_CACHE", Path.home() / ".cache" / "opbisect"))
+
+
+def _key(cuda: bool) -> str:
+    import tensorflow as tf
+
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        digest.update((HERE / name).read_bytes())
+    digest.update(f"{tf.__version__} {tf.sysconfig.get_compile_flags()} cuda={cuda}".encode())
+    return digest.hexdigest()[:16]
+
+
+def _run(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise BuildError(f"{' '.join(cmd[:3])} ... failed:\n{done.stderr[-3000:]}")
+
+
+def cuda_home() -> Path | None:
+    nvcc = shutil.which("nvcc")
+    for candidate in [os.environ.get("CUDA_HOME"), nvcc and str(Path(nvcc).resolve().parent.parent), "/usr/local/cuda"]:
+        if candidate and (Path(candidate) / "include" / "cuda_runtime.h").exists():
+            return Path(candidate)
+    return None
+
+
+def build(cuda: bool) -> Path:
+    """Compile the op library (with its CUDA kernel when `cuda`) into the cache; return its path."""
+    import tensorflow as tf
+
+    out = cache_dir() / _key(cuda)
+    lib = out / "opbisect_fingerprint.so"
+    if lib.exists():
+        return lib
+    out.mkdir(parents=True, exist_ok=True)
+    cflags, lflags = tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
+    objects, defines, libs = [], [], []
+    if cuda:
+        home = cuda_home()
+        if home is None:
+            raise BuildError("no CUDA toolkit (nvcc and cuda_runtime.h) found: set CUDA_HOME")
+        obj = out / "fingerprint_kernel.o"
+        _run([str(home / "bin" / "nvcc"), "-O3", "-std=c++17", "-Xcompiler", "-fPIC",
+              "-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_80,code=sm_80",
+              "-gencode", "arch=compute_80,code=compute_80", "-c", str(HERE / "fingerprint_kernel.cu"), "-o", str(obj)])
+        objects, defines = [str(obj)], ["-DOPBISECT_WITH_CUDA"]
+        libs = [f"-L{home / 'lib64'}", f"-L{home / 'lib'}", "-lcudart"]
+    tmp = out / f"tmp-{os.getpid()}.so"
+    _run(["g++", "-O2", "-shared", "-fPIC", *defines, *cflags, str(HERE / "fingerprint_op.cc"), *objects, "-o", str(tmp),
+          *lflags, *libs])
+    os.replace(tmp, lib)
+    return lib
+
+
+def load(cuda: bool):
+    """The loaded op module (has `opbisect_fingerprint`); raises BuildError when it cannot be built."""
+    import tensorflow as tf
+
+    return tf.load_op_library(str(build(cuda)))
