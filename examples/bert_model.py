@@ -4,10 +4,14 @@ Token and position embeddings, transformer encoder blocks (multi-head attention,
 mean pooling and a Dense classifier, trained with SparseCategoricalCrossentropy(from_logits=True) and Adam.
 """
 
+import os
+
 import keras
 import numpy as np
 
-VOCAB, LENGTH, DIM, HEADS, LAYERS, CLASSES, BATCH = 4000, 64, 128, 4, 2, 8, 32
+# OPBISECT_BERT=base gives the GPU benchmark's size; the default keeps CPU runs and tests quick.
+SIZES = {"small": (4000, 64, 128, 4, 2, 8, 32), "base": (30522, 128, 768, 12, 4, 8, 32)}
+VOCAB, LENGTH, DIM, HEADS, LAYERS, CLASSES, BATCH = SIZES[os.environ.get("OPBISECT_BERT", "small")]
 
 
 class Embeddings(keras.layers.Layer):

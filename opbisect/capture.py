@@ -34,6 +34,7 @@ class Instrumented:
     full: list[str]
     fn: Any  # tf.function(*feeds) -> (int64[len(taps)], [step outputs], [full tensors])
     trace: Trace
+    layout: np.ndarray | None = None  # tap index of each position of the digest vector (None: tap order)
     concrete: Any = None  # traced once, on the first call: resource handles would retrace the tf.function
 
     def __call__(self, args: tuple) -> tuple[np.ndarray, list, list]:
@@ -41,7 +42,12 @@ class Instrumented:
         if self.concrete is None:
             self.concrete = self.fn.get_concrete_function(*feeds)
         fps, outs, full = self.concrete(*feeds)
-        return fps.numpy(), list(outs), [t.numpy() for t in full]
+        digests = fps.numpy()
+        if self.layout is not None:
+            in_order = np.empty_like(digests)
+            in_order[self.layout] = digests
+            digests = in_order
+        return digests, list(outs), [t.numpy() for t in full]
 
 
 def tappable_tensors(trace: Trace, include_states: bool = True) -> tuple[list[str], dict[str, int]]:
@@ -167,25 +173,35 @@ def _stamped_digests(b: _GraphDefBuilder, graph, specs: list[tuple[str, str]], f
 FUSED_GROUP = 512  # taps per fused node, in topological order: an early group runs (and frees) early
 
 
-def _fused_digests(b: _GraphDefBuilder, specs: list[tuple[str, str]]) -> str:
-    """One OpbisectFingerprint node per group of taps, their int64 vectors concatenated."""
+def _fused_digests(b: _GraphDefBuilder, specs: list[tuple[str, str]], host_dtypes) -> tuple[str, list[int]]:
+    """One OpbisectFingerprint node per group of taps, their int64 vectors concatenated; and the layout.
+
+    Taps of `host_dtypes` (int32 on a GPU, which TensorFlow keeps in host memory) go to nodes on the CPU, so
+    they are not copied to the GPU one by one.
+    """
     import tensorflow as tf
     from tensorflow.core.framework import attr_value_pb2
 
-    parts = []
-    for i in range(0, len(specs), FUSED_GROUP):
-        group = specs[i:i + FUSED_GROUP]
-        types = attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(
-            type=[tf.as_dtype(d).as_datatype_enum for _, d in group]))
-        name = f"{PREFIX}/fused/{i}"
-        b.add(name, "OpbisectFingerprint", [s for s, _ in group], T=types)
-        parts.append(name + ":0")
+    families = [[i for i, (_, d) in enumerate(specs) if d not in host_dtypes],
+                [i for i, (_, d) in enumerate(specs) if d in host_dtypes]]
+    parts, layout = [], []
+    for on_host, members in enumerate(families):
+        for i in range(0, len(members), FUSED_GROUP):
+            group = members[i:i + FUSED_GROUP]
+            types = attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(
+                type=[tf.as_dtype(specs[k][1]).as_datatype_enum for k in group]))
+            name = f"{PREFIX}/fused/{'host' if on_host else 'device'}/{i}"
+            node = b.add(name, "OpbisectFingerprint", [specs[k][0] for k in group], T=types)
+            if on_host:
+                node.device = "/device:CPU:0"
+            parts.append(name + ":0")
+            layout.extend(group)
     b.add(f"{PREFIX}/fingerprints", "Identity", [_concat_tree(b, parts, tf.int64)], T=tf.int64)
-    return f"{PREFIX}/fingerprints:0"
+    return f"{PREFIX}/fingerprints:0", layout
 
 
 def instrumented_graph_def(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = ()):
-    """(GraphDef, fingerprint vector spec, specs of the `full` tensors)."""
+    """(GraphDef, fingerprint vector spec, specs of the `full` tensors, layout of the vector or None)."""
     import tensorflow as tf
 
     graph = trace.graph
@@ -212,19 +228,20 @@ def instrumented_graph_def(trace: Trace, taps: list[str], fingerprinter: Fingerp
         return states[tid]
 
     specs = [(spec(t), graph.dtype(t)) for t in taps]
+    layout = None
     if not specs:
         fps = _empty_digests(b)
     elif fingerprinter.fused:
-        fps = _fused_digests(b, specs)
+        fps, layout = _fused_digests(b, specs, fingerprinter.host_dtypes)
     else:
         fps = _stamped_digests(b, graph, specs, fingerprinter)
-    return b.gd, fps, [spec(t) for t in full]
+    return b.gd, fps, [spec(t) for t in full], layout
 
 
 def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = ()) -> Instrumented:
     import tensorflow as tf
 
-    gd, fps_spec, full_specs = instrumented_graph_def(trace, taps, fingerprinter, full)
+    gd, fps_spec, full_specs, layout = instrumented_graph_def(trace, taps, fingerprinter, full)
     placeholders = trace.arg_names + trace.capture_names
     wanted = [fps_spec] + list(trace.output_names) + full_specs
 
@@ -237,7 +254,8 @@ def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: lis
         return got[0], got[1:1 + n], got[1 + n:]
 
     fn = tf.function(body, autograph=False, jit_compile=trace.jit_compile)
-    return Instrumented(taps=list(taps), full=list(full), fn=fn, trace=trace)
+    return Instrumented(taps=list(taps), full=list(full), fn=fn, trace=trace,
+                        layout=None if layout is None else np.asarray(layout))
 
 
 def make_state_fingerprinter(variables: dict, fingerprinter: Fingerprinter) -> Callable[[], dict[str, int]]:

@@ -63,6 +63,7 @@ class Fingerprinter:
     key = "base"  # what --fingerprint calls it
     name = "base"
     fused = False  # True: digests many tensors in one node (`many`), no per-tap template
+    host_dtypes: frozenset = frozenset()
 
     def one(self, t):
         """int64 scalar digest of one tensor's bits (built in the current graph)."""
@@ -135,13 +136,28 @@ class FusedFingerprinter(Fingerprinter):
         from . import kernels
 
         self.module = kernels.load(cuda)  # raises kernels.BuildError
+        # On a GPU, TensorFlow keeps int32 tensors in host memory: digest those on the CPU.
+        self.host_dtypes = frozenset({"int32"}) if cuda else frozenset()
 
     def many(self, tensors):
         import tensorflow as tf
 
+        tensors = list(tensors)
         if not tensors:
             return tf.zeros([0], tf.int64)
-        return self.module.opbisect_fingerprint(list(tensors))
+        # TensorFlow hands a GPU kernel its int32 inputs in host memory: those go to a node on the CPU.
+        on_host = [i for i, t in enumerate(tensors) if t.dtype.name in self.host_dtypes]
+        if not on_host:
+            return self.module.opbisect_fingerprint(tensors)
+        on_device = [i for i in range(len(tensors)) if i not in set(on_host)]
+        parts = []
+        if on_device:
+            parts.append(self.module.opbisect_fingerprint([tensors[i] for i in on_device]))
+        with tf.device("/device:CPU:0"):
+            parts.append(self.module.opbisect_fingerprint([tensors[i] for i in on_host]))
+        order = on_device + on_host
+        inverse = [order.index(i) for i in range(len(tensors))]
+        return tf.gather(tf.concat(parts, 0), inverse)
 
 
 def for_device(device: str, jit: bool = False, choice: str = "auto") -> tuple[Fingerprinter, str]:

@@ -197,3 +197,34 @@ def test_fused_op_computes_the_weighted_sum_definition_on_every_dtype():
                tf.constant(np.uint64([2**63 + 5])), tf.constant(rng.standard_normal((3, 5)))]
     reference = tf.function(lambda ts: fingerprint.WeightedSumFingerprinter().many(list(ts)))(tensors).numpy()
     assert np.array_equal(fused.many(tensors).numpy(), reference)
+
+
+@pytest.mark.parametrize("host_split", [False, True], ids=["one-family", "int32-on-host"])
+def test_fused_capture_returns_digests_in_tap_order(tmp_path, host_split):
+    trace, args = traced(tmp_path, """
+        @tf.function
+        def step(x):
+            for i in range(30):
+                x = tf.sin(x) * float(i + 1)
+                n = tf.shape(x)[0] + i  # int32 taps interleaved with float ones
+                x = x + tf.cast(n, tf.float32)
+            return x
+
+
+        inputs = (tf.constant([0.5, 0.25]),)
+        """)
+    taps, _ = capture.tappable_tensors(trace)
+    fused, _ = fingerprint.for_device("cpu", choice="fused")
+    fused.host_dtypes = frozenset({"int32"}) if host_split else frozenset()
+    fps, _, full = capture.build(trace, taps, fused, full=taps)(args)
+    expected = fused.many([tf.constant(a) for a in full]).numpy()
+    assert {trace.graph.dtype(t) for t in taps} >= {"int32", "float32"}
+    assert np.array_equal(fps, expected)
+
+
+def test_fused_many_keeps_order_when_int32_goes_to_the_host():
+    fused, _ = fingerprint.for_device("cpu", choice="fused")
+    tensors = [tf.constant([1.0, 2.0]), tf.constant([3, 4]), tf.constant([5.0]), tf.constant([7], tf.int64)]
+    together = fused.many(tensors).numpy()
+    fused.host_dtypes = frozenset({"int32"})
+    assert np.array_equal(fused.many(tensors).numpy(), together)

@@ -29,7 +29,7 @@ def _key(cuda: bool) -> str:
     import tensorflow as tf
 
     digest = hashlib.sha256()
-    for name in SOURCES:
+    for name in SOURCES + ("__init__.py",):  # the build recipe is part of the key too
         digest.update((HERE / name).read_bytes())
     digest.update(f"{tf.__version__} {tf.sysconfig.get_compile_flags()} cuda={cuda}".encode())
     return digest.hexdigest()[:16]
@@ -69,7 +69,8 @@ def build(cuda: bool) -> Path:
               "-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_80,code=sm_80",
               "-gencode", "arch=compute_80,code=compute_80", "-c", str(HERE / "fingerprint_kernel.cu"), "-o", str(obj)])
         objects, defines = [str(obj)], ["-DOPBISECT_WITH_CUDA"]
-        libs = [f"-L{home / 'lib64'}", f"-L{home / 'lib'}", "-lcudart"]
+        # Static cudart: TensorFlow loads its own (CUDA 12) runtime; this op must not need another .so.
+        libs = [f"-L{home / 'lib64'}", f"-L{home / 'lib'}", "-lcudart_static", "-ldl", "-lrt", "-lpthread"]
     tmp = out / f"tmp-{os.getpid()}.so"
     _run(["g++", "-O2", "-shared", "-fPIC", *defines, *cflags, str(HERE / "fingerprint_op.cc"), *objects, "-o", str(tmp),
           *lflags, *libs])
