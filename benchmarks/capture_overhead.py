@@ -130,6 +130,7 @@ def main() -> None:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"])
     p.add_argument("--repeats", type=int, default=30)
     p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--debugger-repeats", type=int, default=10, help="timed steps under the debugger (slow)")
     p.add_argument("--debugger", default="", help="comma-separated TF Debugger V2 modes, e.g. NO_TENSOR,FULL_TENSOR")
     p.add_argument("--fingerprints", default="auto",
                    help="comma-separated fingerprinters to time: auto, farmhash, wsum, fused")
@@ -143,7 +144,7 @@ def main() -> None:
               "capture": measure_capture(a.script, a.device, a.repeats, a.runs, a.fingerprints.split(","))}
     for mode in filter(None, a.debugger.split(",")):
         done = subprocess.run([sys.executable, __file__, "--script", str(a.script), "--device", a.device,
-                               "--repeats", str(a.repeats), "--child-debugger", mode],
+                               "--repeats", str(a.debugger_repeats), "--child-debugger", mode],
                               capture_output=True, text=True, check=False)
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
         result["debugger"].append(json.loads(lines[-1]) if lines else {"mode": mode, "error": done.stderr[-500:]})

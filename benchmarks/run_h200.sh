@@ -4,11 +4,11 @@
 set -u
 B=${OUT:-/tmp/out}/bench; mkdir -p "$B"
 export OPBISECT_CACHE=${OPBISECT_CACHE:-/root/opbisect-cache} PYTHONUNBUFFERED=1
+# Each process takes only the GPU memory it uses: the debugger baselines run beside the parent process.
+export TF_FORCE_GPU_ALLOW_GROWTH=true
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$B/gpu.txt" 2>&1
 timeout 200 python3 benchmarks/fingerprint_throughput.py --device gpu --total-mb 2048 --repeats 20 \
   --json "$B/throughput.json" > "$B/throughput.txt" 2>&1; tail -16 "$B/throughput.txt"
-OPBISECT_BERT=base timeout 330 python3 benchmarks/capture_overhead.py --device gpu --repeats 30 --runs 5 \
-  --fingerprints fused,wsum --debugger NO_TENSOR,FULL_TENSOR --json "$B/capture_overhead.json" \
-  > "$B/capture_overhead.txt" 2>&1; tail -9 "$B/capture_overhead.txt"
-timeout 120 python3 benchmarks/capture_overhead.py --device gpu --repeats 30 --runs 5 \
-  --json "$B/capture_overhead_small.json" > "$B/capture_overhead_small.txt" 2>&1; tail -6 "$B/capture_overhead_small.txt"
+OPBISECT_BERT=base timeout 400 python3 benchmarks/capture_overhead.py --device gpu --repeats 30 --runs 5 \
+  --fingerprints ${FINGERPRINTS:-fused} --debugger NO_TENSOR,FULL_TENSOR --debugger-repeats 10 \
+  --json "$B/capture_overhead.json" > "$B/capture_overhead.txt" 2>&1; tail -9 "$B/capture_overhead.txt"

@@ -238,18 +238,38 @@ def instrumented_graph_def(trace: Trace, taps: list[str], fingerprinter: Fingerp
     return b.gd, fps, [spec(t) for t in full], layout
 
 
+def _without_fed_placeholders(gd, placeholders: list[str]):
+    """The GraphDef without the placeholders that feeds replace, and the fed ones something still reads.
+
+    An imported placeholder stays in the graph even when every use of it is remapped, and XLA refuses to
+    compile a function holding one; so the fed placeholders go, and only the ones still read are mapped.
+    """
+    from tensorflow.core.framework import graph_pb2
+
+    fed = set(placeholders)
+    read = {parse_input(spec)[0] for n in gd.node for spec in n.input} & fed
+    out = graph_pb2.GraphDef()
+    out.versions.CopyFrom(gd.versions)
+    out.library.CopyFrom(gd.library)
+    out.node.extend(n for n in gd.node if n.name not in fed)
+    return out, read
+
+
 def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = ()) -> Instrumented:
     import tensorflow as tf
 
     gd, fps_spec, full_specs, layout = instrumented_graph_def(trace, taps, fingerprinter, full)
     placeholders = trace.arg_names + trace.capture_names
+    gd, read = _without_fed_placeholders(gd, placeholders)
     wanted = [fps_spec] + list(trace.output_names) + full_specs
+    imported = [w for w in wanted if parse_input(w)[0] not in set(placeholders)]
 
     def body(*feeds):
         fed = {f"{name}:0": t for name, t in zip(placeholders, feeds)}
-        got = tf.graph_util.import_graph_def(gd, input_map=fed, return_elements=wanted, name=SCOPE)
-        # A returned placeholder is the imported, unfed one: return what feeds it instead.
-        got = [fed.get(spec, t) for spec, t in zip(wanted, got)]
+        got = tf.graph_util.import_graph_def(gd, input_map={f"{n}:0": fed[f"{n}:0"] for n in read},
+                                             return_elements=imported, name=SCOPE)
+        by_spec = dict(zip(imported, got))
+        got = [by_spec[w] if w in by_spec else fed[w] for w in wanted]  # a placeholder: what feeds it
         n = len(trace.output_names)
         return got[0], got[1:1 + n], got[1 + n:]
 

@@ -43,7 +43,9 @@ class Trace:
 
 
 def _site(origin: Origin | None) -> tuple[str, str]:
-    """(user site, library site) of an op: the innermost frame in the user's code, and the innermost frame."""
+    """(user site, library site) of an op: the innermost frame in the user's code, and the innermost frame
+    outside TensorFlow. Either is "" when the op's traceback has none (the Keras form's ops are created in
+    Keras, from opbisect: the op's name scope then names the layer)."""
     if origin is None:
         return "", ""
     try:
@@ -51,9 +53,9 @@ def _site(origin: Origin | None) -> tuple[str, str]:
     except (KeyError, ValueError, AttributeError):
         return "", ""
     fmt = lambda f: f"{Path(f.filename).name}:{f.lineno} in {f.name}"  # noqa: E731
-    frames = [f for f in frames if "opbisect" + os.sep not in f.filename or "examples" in f.filename]
-    user = next((f for f in reversed(frames) if not any(d in f.filename for d in _LIBRARY_DIRS)
-                 and not f.filename.startswith("<")), None)
+    frames = [f for f in frames if not f.filename.startswith("<") and "__autograph_generated" not in f.filename
+              and ("opbisect" + os.sep not in f.filename or "examples" in f.filename)]
+    user = next((f for f in reversed(frames) if not any(d in f.filename for d in _LIBRARY_DIRS)), None)
     lib = next((f for f in reversed(frames) if "tensorflow" + os.sep not in f.filename), None)
     return (fmt(user) if user else ""), (fmt(lib) if lib else "")
 

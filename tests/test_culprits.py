@@ -190,3 +190,25 @@ def test_sgd_step_under_op_determinism_exits_0(tmp_path):
     done = cli("trace", str(script), "--runs", "6", "--out", str(tmp_path), "--no-progress")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "sgd_deterministic.csv").read_text().count("\n") == 1  # the header alone
+
+
+def test_an_xla_compiled_step_is_analysed_under_xla(run_step):
+    t = run_step("""
+        w = tf.Variable(tf.ones([4, 4]), name="w")
+        steps = tf.Variable(0.0, name="steps")
+
+
+        @tf.function(jit_compile=True)
+        def step(x, unused):
+            steps.assign_add(1.0)
+            y = tf.matmul(x, w) * steps
+            w.assign_sub(0.01 * y)
+            return tf.reduce_sum(y)
+
+
+        inputs = (tf.ones([4, 4]), tf.zeros([2]))
+        variables = [w]
+        """)
+    assert t.record.meta["jit_compile"] and t.record.meta["fingerprint"] == "wsum"
+    assert t.code == 1 and t.sources == ["AssignAddVariableOp"]
+    assert t.row("AssignAddVariableOp")["kind"] == "state"

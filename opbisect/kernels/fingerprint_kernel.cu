@@ -4,6 +4,9 @@
 // integer atomic.
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <cstring>
+
 #include "fingerprint.h"
 
 namespace opbisect {
@@ -22,7 +25,37 @@ __device__ __forceinline__ uint64_t Sum(const W* p, int64_t begin, int64_t end) 
   return acc;
 }
 
-__global__ void __launch_bounds__(kThreads) FingerprintKernel(Batch b, uint64_t* out) {
+// The same sum with 16-byte loads: V words per load; the weight of word j0 + k is w(j0) + 2k * kGolden.
+// `begin` is a multiple of kChunk, so of V; a tail shorter than one vector goes word by word.
+template <typename W>
+__device__ __forceinline__ uint64_t SumVectorized(const W* p, int64_t begin, int64_t end) {
+  constexpr int V = 16 / sizeof(W);
+  const int64_t vend = begin + ((end - begin) / V) * V;
+  const uint4* pv = reinterpret_cast<const uint4*>(p);
+  uint64_t acc = 0;
+#pragma unroll 2
+  for (int64_t v = begin / V + threadIdx.x; v < vend / V; v += kThreads) {
+    const uint4 q = __ldg(pv + v);
+    W words[V];
+    memcpy(words, &q, sizeof(q));
+    uint64_t weight = (2ull * static_cast<uint64_t>(v * V) + 1ull) * kGolden;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      acc += static_cast<uint64_t>(static_cast<int64_t>(words[k])) * weight;
+      weight += 2ull * kGolden;
+    }
+  }
+  return acc + Sum(p, vend, end);
+}
+
+template <typename W>
+__device__ __forceinline__ uint64_t SumAny(const void* data, int64_t begin, int64_t end) {
+  const W* p = static_cast<const W*>(data);
+  if (reinterpret_cast<uintptr_t>(p) % 16 == 0) return SumVectorized(p, begin, end);
+  return Sum(p, begin, end);  // a view into another buffer may start anywhere
+}
+
+__global__ void __launch_bounds__(kThreads, 4) FingerprintKernel(Batch b, uint64_t* out) {
   const int64_t block = blockIdx.x;
   int lo = 0, hi = b.count - 1;  // the tensor t with first_block[t] <= block < first_block[t + 1]
   while (lo < hi) {
@@ -34,10 +67,10 @@ __global__ void __launch_bounds__(kThreads) FingerprintKernel(Batch b, uint64_t*
   const int64_t end = min(begin + kChunk, b.words[t]);
   uint64_t acc = 0;
   switch (b.width[t]) {
-    case 1: acc = Sum(static_cast<const int8_t*>(b.ptr[t]), begin, end); break;
-    case 2: acc = Sum(static_cast<const int16_t*>(b.ptr[t]), begin, end); break;
-    case 4: acc = Sum(static_cast<const int32_t*>(b.ptr[t]), begin, end); break;
-    default: acc = Sum(static_cast<const int64_t*>(b.ptr[t]), begin, end); break;
+    case 1: acc = SumAny<int8_t>(b.ptr[t], begin, end); break;
+    case 2: acc = SumAny<int16_t>(b.ptr[t], begin, end); break;
+    case 4: acc = SumAny<int32_t>(b.ptr[t], begin, end); break;
+    default: acc = SumAny<int64_t>(b.ptr[t], begin, end); break;
   }
   for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_down_sync(0xffffffffu, acc, offset);
   __shared__ uint64_t warp_sums[kThreads / 32];
