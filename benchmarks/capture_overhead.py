@@ -31,9 +31,9 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def timed(fn, repeats: int, sync) -> float:
+def timed(fn, repeats: int, sync, warmup: int = 3) -> float:
     """Median seconds of one call, after warm-up calls (first-call compilation stays out)."""
-    for _ in range(3):
+    for _ in range(warmup):
         sync(fn())
     samples = []
     for _ in range(repeats):
@@ -118,7 +118,9 @@ def measure_debugger(script: Path, device: str, repeats: int, mode: str) -> dict
         tf.debugging.experimental.enable_dump_debug_info(dump, tensor_debug_mode=mode, circular_buffer_size=-1)
         debugged = tf.function(target.step.python_function, jit_compile=trace.jit_compile)
         concrete = debugged.get_concrete_function(*args)
-        with_debugger = timed(lambda: concrete(*args), repeats, sync_outputs)
+        # FULL_TENSOR writes every tensor of every step to disk (6.7 GB a step for the base BERT, which filled
+        # the H200 machine's 64 GB once): one warm-up, few repeats.
+        with_debugger = timed(lambda: concrete(*args), repeats, sync_outputs, warmup=1)
         tf.debugging.experimental.disable_dump_debug_info()
     return {"mode": mode, "plain_ms": plain * 1e3, "debugger_ms": with_debugger * 1e3,
             "ratio": with_debugger / plain}

@@ -10,5 +10,5 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "
 timeout 200 python3 benchmarks/fingerprint_throughput.py --device gpu --total-mb 2048 --repeats 20 \
   --json "$B/throughput.json" > "$B/throughput.txt" 2>&1; tail -16 "$B/throughput.txt"
 OPBISECT_BERT=base timeout 400 python3 benchmarks/capture_overhead.py --device gpu --repeats 30 --runs 5 \
-  --fingerprints ${FINGERPRINTS:-fused} --debugger NO_TENSOR,FULL_TENSOR --debugger-repeats 10 \
+  --fingerprints ${FINGERPRINTS:-fused} --debugger NO_TENSOR,FULL_TENSOR --debugger-repeats 2 \
   --json "$B/capture_overhead.json" > "$B/capture_overhead.txt" 2>&1; tail -9 "$B/capture_overhead.txt"
