@@ -27,6 +27,11 @@ def _parser() -> argparse.ArgumentParser:
                         "optimization off for the plain and the instrumented step")
     t.add_argument("--fingerprint", choices=["auto", "farmhash", "wsum", "fused"], default="auto",
                    help="auto: farmhash on CPU, the fused op on GPU, the weighted sum under XLA")
+    t.add_argument("--steps", type=int, default=1, help="consecutive steps per run: find the first step whose "
+                   "result differs, then the sources of each step from the identical state before it")
+    t.add_argument("--processes", type=int, default=1, help="repeat the experiment in this many fresh Python "
+                   "processes and compare them op by op (cuDNN autotuning, hash-seed-dependent tracing, "
+                   "unseeded initializers)")
     t.add_argument("--magnitude-runs", type=int, default=0, help="runs of the magnitude pass (default: --runs)")
     t.add_argument("--no-progress", dest="progress", action="store_false", help="no progress display")
     r = sub.add_parser("report", help="re-make the CSV and summary from a saved <script>.runs.json")

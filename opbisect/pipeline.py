@@ -10,12 +10,12 @@ import os
 import platform
 import time
 
-from . import capture, fingerprint, report
+from . import capture, fingerprint, preflight, report
 from .errors import CannotTest, TargetError
 from .ir import Finding, state_id
-from .magnitude import of_source
-from .run import Runner, pinned_options
+from .run import Feeder, Runner, pinned_options
 from .settings import TraceSettings
+from .steps import analyse_steps
 from .state import Snapshot
 from .target import load_target
 from .trace import trace_step
@@ -76,58 +76,76 @@ def progress_display(enabled: bool):
 
 def run_trace(settings: TraceSettings, echo=print) -> int:
     settings.validate()
+    if settings.processes > 1:
+        from .processes import run_processes
+
+        return run_processes(settings, echo)
+    record, df, comparisons = experiment(settings)
+    csv_path, _ = report.save(record, df, settings.out, settings.script.stem)
+    for line in report.summary(record, df, comparisons, csv_path):
+        echo(line)
+    return 1 if report.nondeterministic(record, df) else 0
+
+
+def experiment(settings: TraceSettings):
+    """Run the whole in-process experiment: (record, ranked table, per-step comparisons)."""
     started = time.time()
     tf, kind = setup_tensorflow(settings.device)
     target = load_target(settings.script, settings.step_name, settings.inputs_name)
     args = target.make_inputs()
     trace = trace_step(target, args)
-    findings = trace.graph.check()
+    findings = trace.graph.check() + preflight.checks(trace, target)
     fp, fp_note = fingerprint.for_device(kind, jit=bool(trace.jit_compile), choice=settings.fingerprint)
     if fp_note:
         findings.append(Finding("note", f"fingerprint: {fp.name}, because {fp_note}"))
 
-    restored = _restored_variables(trace, target)
-    snapshot = Snapshot(restored)
     state_fps = capture.make_state_fingerprinter(trace.variables, fp)
+    initial_state = state_fps()  # as the script created it: compared across processes
+    restored = _restored_variables(trace, target)
+    start = Snapshot(restored)
     output_fps = capture.make_value_fingerprinter(fp)
     taps, skipped = capture.tappable_tensors(trace)
     results = [t for t in result_tensors(trace) if t in set(taps)]
     pinned = pinned_options(settings.pin_grappler)
+    steps = settings.steps
+    if target.form == "fit" and steps == 1:
+        steps = target.steps_available  # every step of the fit, unless --steps says fewer
+    feeder = Feeder(target, steps)
 
     with progress_display(settings.progress) as progress:
-        runner = Runner(trace, target, snapshot, state_fps, output_fps, progress)
-        default_runs = runner.plain(settings.runs, None, "uninstrumented step")
-        pinned_runs = runner.plain(settings.runs, pinned, "uninstrumented step, grappler pinned") if pinned else None
+        runner = Runner(trace, target, state_fps, output_fps, progress)
+        fit_runs = runner.fit(start, target.fit, settings.runs, "model.fit") if target.fit else None
+        default_runs = runner.plain(start, feeder, settings.runs, None, "uninstrumented step")
+        pinned_runs = runner.plain(start, feeder, settings.runs, pinned, "uninstrumented step, grappler pinned") \
+            if pinned else None
         # When pinning hides the nondeterminism, a grappler rewrite causes it: analyse under the user's config.
-        use_pinned = pinned is not None and not (pinned_runs.deterministic() and not default_runs.deterministic())
+        use_pinned = pinned is not None and not (pinned_runs.final().deterministic()
+                                                 and not default_runs.final().deterministic())
         options = pinned if use_pinned else None
-        inst_runs, _ = runner.instrumented(capture.build(trace, taps, fp), settings.runs, options,
-                                           "instrumented step")
-        partial = report.Record(
-            meta={}, graph=trace.graph, findings=findings, skipped=skipped, results=results,
-            default=default_runs, pinned=pinned_runs, instrumented=inst_runs,
-            analysis_config="pinned" if use_pinned else "default", magnitudes={}, magnitude_runs=0)
-        comparison = partial.compare()
-        magnitudes, mag_runs = {}, settings.magnitude_runs or settings.runs
-        full = [t for s in comparison.sources for t in s.tensors]
-        if full:
-            _, arrays = runner.instrumented(capture.build(trace, [], fp, full), mag_runs, options,
-                                            "magnitudes of the sources")
-            column = {t: [run[i] for run in arrays] for i, t in enumerate(full)}
-            magnitudes = {s.op: of_source([column[t] for t in s.tensors]) for s in comparison.sources}
-
-    partial.meta = {
-        "script": str(settings.script), "form": target.form, "runs": settings.runs, "fingerprinter": fp.name, "fingerprint": fp.key,
-        "jit_compile": bool(trace.jit_compile), "ops": len(trace.graph), "variables": len(trace.variables),
-        "restored_variables": len(restored), "seconds": round(time.time() - started, 2),
-        **environment(tf, kind),
+        analyses = analyse_steps(runner, trace, feeder, restored, start, capture.build(trace, taps, fp), fp,
+                                 settings.runs, settings.magnitude_runs or settings.runs, options, results,
+                                 default_runs.differing_batches())
+    meta = {
+        "script": str(settings.script), "form": target.form, "runs": settings.runs, "steps": steps,
+        "metric_variables": metric_variables(target, trace),
+        "fingerprinter": fp.name, "fingerprint": fp.key, "jit_compile": bool(trace.jit_compile),
+        "ops": len(trace.graph), "variables": len(trace.variables), "restored_variables": len(restored),
+        "initial_state": initial_state, "seconds": round(time.time() - started, 2), **environment(tf, kind),
     }
-    partial.magnitudes, partial.magnitude_runs = magnitudes, (mag_runs if full else 0)
-    df = report.table(partial, comparison)
-    csv_path, _ = report.save(partial, df, settings.out, target.name)
-    for line in report.summary(partial, df, comparison, csv_path):
-        echo(line)
-    return 1 if report.nondeterministic(partial, df) else 0
+    record = report.Record(meta=meta, graph=trace.graph, findings=findings, skipped=skipped, results=results,
+                           default=default_runs, pinned=pinned_runs, analyses=analyses,
+                           analysis_config="pinned" if use_pinned else "default", fit=fit_runs)
+    comparisons = record.comparisons()
+    return record, report.table(record, comparisons), comparisons
+
+
+def metric_variables(target, trace) -> list[str]:
+    """Keys of the Keras metrics' variables (fit resets them every epoch; a step-by-step replay does not)."""
+    model = getattr(target.fit, "model", None)
+    if model is None:
+        return []
+    handles = {id(v.value.handle if hasattr(v, "value") else v.handle) for m in model.metrics for v in m.variables}
+    return sorted(k for k, v in trace.variables.items() if id(v.handle) in handles)
 
 
 def _restored_variables(trace, target) -> dict:
@@ -147,11 +165,11 @@ def rerun_report(path, out=None, echo=print) -> int:
 
     path = Path(path)
     record = report.load(path)
-    comparison = record.compare()
-    df = report.table(record, comparison)
+    comparisons = record.comparisons()
+    df = report.table(record, comparisons)
     stem = path.name[: -len(".runs.json")] if path.name.endswith(".runs.json") else path.stem
     csv_path = (Path(out) if out else path.parent) / f"{stem}.csv"
     report._atomic_write(csv_path, lambda fh: df.to_csv(fh, index=False))  # noqa: SLF001
-    for line in report.summary(record, df, comparison, csv_path):
+    for line in report.summary(record, df, comparisons, csv_path):
         echo(line)
     return 1 if report.nondeterministic(record, df) else 0

@@ -22,6 +22,8 @@ class TraceSettings:
     magnitude_runs: int = 0  # 0: as many as `runs`
     progress: bool = True
     fingerprint: str = "auto"  # auto | farmhash | wsum | fused
+    steps: int = 1  # consecutive steps per run (step bisection)
+    processes: int = 1  # fresh Python processes (cross-process runs)
 
     def validate(self) -> None:
         from .errors import UsageError
@@ -30,5 +32,9 @@ class TraceSettings:
             raise UsageError(f"--runs must be at least 2 to compare runs (got {self.runs})")
         if self.device not in ("auto", "cpu", "gpu"):
             raise UsageError(f"--device must be auto, cpu or gpu (got {self.device!r})")
+        if self.steps < 1:
+            raise UsageError(f"--steps must be at least 1 (got {self.steps})")
+        if self.processes < 1:
+            raise UsageError(f"--processes must be at least 1 (got {self.processes})")
         if self.fingerprint not in ("auto", "farmhash", "wsum", "fused"):
             raise UsageError(f"--fingerprint must be auto, farmhash, wsum or fused (got {self.fingerprint!r})")

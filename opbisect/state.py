@@ -10,6 +10,7 @@ class Snapshot:
         import tensorflow as tf
 
         self.keys = sorted(variables)
+        self.expected: dict[str, int] | None = None  # fingerprints once restored (set by the first restore)
         self.variables = [variables[k] for k in self.keys]
         # read_value() copies: a later assign to the variable does not touch the saved tensor.
         self.saved = [tf.identity(v.read_value()) for v in self.variables]

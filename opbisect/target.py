@@ -25,8 +25,12 @@ class Target:
     step: Any  # a tf.function (tensorflow.python.eager.polymorphic_function.Function)
     make_inputs: Callable[[], tuple]
     variables: list | None  # the user's explicit state list (tf.Variables), or None for "all captured"
-    form: str  # "step" or "keras"
+    form: str  # "step", "keras" or "fit"
     module: Any
+    make_batches: Callable[[], Any] | None = None  # a fresh iterable of argument tuples, one per step
+    steps_available: int | None = None  # how many steps `make_batches` yields, when known
+    fit: Any = None  # FitPlan for the fit form
+    dataset: Any = None  # the tf.data dataset behind the batches, for the pipeline checks
 
     @property
     def name(self) -> str:
@@ -156,17 +160,14 @@ def flatten_variables(value) -> list:
     return found
 
 
-def _keras_target(module, path: Path) -> tuple[Any, Callable[[], tuple]]:
+def _keras_step(model, batch: tuple, path: Path):
+    """The model's own train step as a tf.function, every variable built first (as fit does)."""
     import tensorflow as tf
 
-    model, data = module.model, module.data
     if not hasattr(model, "train_step"):
         raise TargetError(f"{path}: `model` must be a keras.Model, got {type(model).__name__}")
     if getattr(model, "optimizer", None) is None:
         raise TargetError(f"{path}: `model` is not compiled: call model.compile(optimizer=..., loss=...) first")
-    if not isinstance(data, (tuple, list)) or len(data) not in (2, 3):
-        raise TargetError(f"{path}: `data` must be one batch as an (x, y) or (x, y, sample_weight) tuple")
-    batch = tuple(tf.convert_to_tensor(d) for d in data)
     try:
         # Build every variable (layers, optimizer slots, compiled metrics) before tracing, as fit does, so the
         # traced step creates none and the snapshot holds all of them.
@@ -178,8 +179,81 @@ def _keras_target(module, path: Path) -> tuple[Any, Callable[[], tuple]]:
     def train_step(*data_batch):
         return model.train_step(data_batch)
 
-    step = tf.function(train_step, jit_compile=bool(model.jit_compile), reduce_retracing=True)
-    return step, (lambda: batch)
+    return tf.function(train_step, jit_compile=bool(model.jit_compile), reduce_retracing=True)
+
+
+def _keras_target(module, path: Path) -> tuple[Any, Callable[[], tuple]]:
+    import tensorflow as tf
+
+    data = module.data
+    if not isinstance(data, (tuple, list)) or len(data) not in (2, 3):
+        raise TargetError(f"{path}: `data` must be one batch as an (x, y) or (x, y, sample_weight) tuple")
+    batch = tuple(tf.convert_to_tensor(d) for d in data)
+    return _keras_step(module.model, batch, path), (lambda: batch)
+
+
+@dataclasses.dataclass
+class FitPlan:
+    """How `model.fit` walks the data: opbisect replays the same batches in the same order."""
+
+    model: Any
+    dataset: Any
+    epochs: int
+    steps_per_epoch: int | None
+    kwargs: dict  # what is passed to model.fit
+
+    def batches(self):
+        """fit's batch order (Keras 3 keeps one iterator across epochs when steps_per_epoch is set)."""
+        total = int(self.dataset.cardinality())
+        known = total if total >= 0 else None
+        iterator, seen = None, 0
+        for _ in range(self.epochs):
+            per_epoch = self.steps_per_epoch or known
+            if iterator is None or self.steps_per_epoch is None:
+                iterator, seen = iter(self.dataset), 0
+            for _ in range(per_epoch if per_epoch else 2**62):
+                if known and seen >= known:
+                    break
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    break
+                seen += 1
+                yield tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+            if known and seen >= known:
+                iterator, seen = iter(self.dataset), 0
+
+    @property
+    def steps(self) -> int:
+        return sum(1 for _ in self.batches())
+
+
+def _fit_target(module, path: Path) -> tuple[Any, FitPlan]:
+    import tensorflow as tf
+
+    names = vars(module)
+    kwargs = dict(names.get("fit_kwargs", {}))
+    if "dataset" in names:
+        dataset = names["dataset"]
+        if not isinstance(dataset, tf.data.Dataset):
+            raise TargetError(f"{path}: `dataset` must be a tf.data.Dataset of (x, y) batches")
+    elif "x" in names and "y" in names:
+        if kwargs.get("shuffle", True):
+            raise TargetError(f"{path}: fit shuffles `x`/`y` arrays with its own generator; pass "
+                              f"fit_kwargs={{'shuffle': False, ...}} or a tf.data `dataset`")
+        dataset = tf.data.Dataset.from_tensor_slices((names["x"], names["y"])).batch(kwargs.get("batch_size", 32))
+    else:
+        raise TargetError(f"{path}: the fit form needs `dataset` (or `x` and `y`) beside `model` and `fit_kwargs`")
+    unknown = set(kwargs) - {"epochs", "steps_per_epoch", "batch_size", "shuffle", "verbose", "callbacks",
+                             "class_weight", "initial_epoch"}
+    if unknown:
+        raise TargetError(f"{path}: fit_kwargs {sorted(unknown)} are not replayed by opbisect; remove them")
+    plan = FitPlan(model=module.model, dataset=dataset, epochs=int(kwargs.get("epochs", 1)),
+                   steps_per_epoch=kwargs.get("steps_per_epoch"), kwargs=kwargs)
+    first = next(iter(plan.batches()), None)
+    if first is None:
+        raise TargetError(f"{path}: `dataset` yields no batch")
+    return _keras_step(module.model, first, path), plan
 
 
 def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs") -> Target:
@@ -193,6 +267,13 @@ def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs"
                               f"found: {', '.join(_public_names(module)) or 'nothing'}")
         make_inputs = _inputs_factory(names[inputs_name], inputs_name, path)
         form = "step"
+    elif "model" in names and "fit_kwargs" in names:
+        step, plan = _fit_target(module, path)
+        first = next(iter(plan.batches()))
+        target = Target(path=path, step=step, make_inputs=lambda: first, variables=None, form="fit",
+                        module=module, make_batches=plan.batches, steps_available=plan.steps, fit=plan,
+                        dataset=plan.dataset)
+        return _with_variables(target, names, path)
     elif "model" in names and "data" in names:
         step, make_inputs = _keras_target(module, path)
         form = "keras"
@@ -200,11 +281,35 @@ def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs"
         raise TargetError(
             f"{path} defines no `{step_name}`: define `{step_name}` (a tf.function) and `{inputs_name}`, or "
             f"`model` (a compiled keras.Model) and `data`; found: {', '.join(_public_names(module)) or 'nothing'}")
-    variables = None
+    target = Target(path=path, step=step, make_inputs=make_inputs, variables=None, form=form, module=module)
+    if "batches" in names:
+        if not callable(names["batches"]):
+            raise TargetError(f"{path}: `batches` must be a zero-argument callable returning an iterable of "
+                              f"argument tuples (a fresh iterator on every call)")
+        target.make_batches = _checked_batches(names["batches"], path)
+    if "dataset" in names:
+        target.dataset = names["dataset"]
+    return _with_variables(target, names, path)
+
+
+def _checked_batches(batches, path: Path):
+    def make():
+        try:
+            for item in batches():
+                yield tuple(item) if isinstance(item, (tuple, list)) else (item,)
+        except TargetError:
+            raise
+        except Exception as exc:
+            raise TargetError(f"{path}: iterating `batches()` raised {type(exc).__name__}",
+                              user_traceback(exc, path)) from None
+    return make
+
+
+def _with_variables(target: Target, names: dict, path: Path) -> Target:
     if "variables" in names:
         try:
-            variables = flatten_variables(names["variables"])
+            target.variables = flatten_variables(names["variables"])
         except TypeError as exc:
             raise TargetError(f"{path}: `variables` must hold tf.Variables, Keras variables or models; "
                               f"found a {exc}") from None
-    return Target(path=path, step=step, make_inputs=make_inputs, variables=variables, form=form, module=module)
+    return target

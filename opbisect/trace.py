@@ -7,13 +7,14 @@ captured values, variable handles among them), and keys captured variables by a 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
 
 from .errors import TargetError
 from .inline import Origin, inline_calls
-from .ir import OPAQUE_STATE, OpGraph
+from .ir import OPAQUE_STATE, RANDOM_OPS, OpGraph
 from .target import Target, error_summary, user_traceback
 
 _LIBRARY_DIRS = tuple(os.sep + d + os.sep for d in ("tensorflow", "keras", "opbisect", "site-packages", "dist-packages",
@@ -58,6 +59,22 @@ def _site(origin: Origin | None) -> tuple[str, str]:
     user = next((f for f in reversed(frames) if not any(d in f.filename for d in _LIBRARY_DIRS)), None)
     lib = next((f for f in reversed(frames) if "tensorflow" + os.sep not in f.filename), None)
     return (fmt(user) if user else ""), (fmt(lib) if lib else "")
+
+
+_NAME_LIKE_ATTRS = {"shared_name", "container", "config_proto", "executor_type"}
+
+
+def attrs_digest(node) -> str:
+    """A digest of an op's attributes that ignores names, devices and function names (they differ between
+    processes while the computation does not): for aligning graphs by structure."""
+    digest = hashlib.sha1()
+    for key in sorted(node.attr):
+        value = node.attr[key]
+        if key.startswith("_") or key in _NAME_LIKE_ATTRS or value.HasField("func") or value.list.func:
+            continue
+        digest.update(key.encode())
+        digest.update(value.SerializeToString(deterministic=True))
+    return digest.hexdigest()[:16]
 
 
 def variable_keys(variables) -> dict[int, str]:
@@ -105,11 +122,19 @@ def trace_step(target: Target, args: tuple) -> Trace:
         tf.graph_util.import_graph_def(flat_gd, name="")
     graph = OpGraph()
     identity_like = {"Identity", "IdentityN"}
+    nodes = {n.name: n for n in flat_gd.node}
+    roles = {t.op.name: f"arg:{i}" for i, t in enumerate(fg.inputs[:n_args])}
+    roles.update({inn.op.name: (f"var:{var_of_placeholder[inn.op.name]}" if inn.op.name in var_of_placeholder
+                                else f"capture:{inn.dtype.name}") for inn in internal})
     for op in scratch.get_operations():
         user_site, lib_site = _site(origins.get(op.name))
+        extra = {}
+        if op.type in RANDOM_OPS:
+            extra = {k: int(op.get_attr(k)) for k in ("seed", "seed2") if k in op.node_def.attr}
         graph.add_op(op.name, type=op.type, stateful=bool(op.op_def.is_stateful),
                      outputs=[(t.dtype.name, str(t.shape)) for t in op.outputs],
-                     site=user_site, library_site=lib_site, device=op.device)
+                     site=user_site, library_site=lib_site, device=op.device, role=roles.get(op.name, ""),
+                     attrs_digest=attrs_digest(nodes[op.name]), **extra)
     for op in scratch.get_operations():
         for slot, t in enumerate(op.inputs):
             graph.add_data_edge(t.op.name, t.value_index, op.name, slot)

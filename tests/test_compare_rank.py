@@ -100,23 +100,25 @@ def test_magnitude_handles_sign_crossing_nan_ints_bools_and_empty():
     assert both.frac_elements_differing == 1 / 8 and both.elements == 8
 
 
-def test_ranking_rule_puts_result_reaching_then_widest_then_largest_first():
+def test_ranking_rule_puts_result_reaching_then_earliest_then_widest_then_largest_first():
     rows = pd.DataFrame([
+        dict(op_name="step_two", affects_result=True, downstream_differing=900, frac_elements_differing=1.0,
+             max_ulp_diff=1e9, position=0, first_step=2),
         dict(op_name="late_big", affects_result=True, downstream_differing=50, frac_elements_differing=0.5,
-             max_ulp_diff=100.0, position=90),
+             max_ulp_diff=100.0, position=90, first_step=1),
         dict(op_name="harmless", affects_result=False, downstream_differing=500, frac_elements_differing=1.0,
-             max_ulp_diff=1e6, position=1),
+             max_ulp_diff=1e6, position=1, first_step=1),
         dict(op_name="early_small", affects_result=True, downstream_differing=50, frac_elements_differing=0.5,
-             max_ulp_diff=100.0, position=10),
+             max_ulp_diff=100.0, position=10, first_step=1),
         dict(op_name="wide", affects_result=True, downstream_differing=80, frac_elements_differing=0.01,
-             max_ulp_diff=1.0, position=50),
+             max_ulp_diff=1.0, position=50, first_step=1),
         dict(op_name="more_elements", affects_result=True, downstream_differing=50, frac_elements_differing=0.9,
-             max_ulp_diff=1.0, position=95),
+             max_ulp_diff=1.0, position=95, first_step=1),
     ])
     for col in COLUMNS:
         if col not in rows and col != "rank":
             rows[col] = ""
     ranked = rank(rows)
-    assert list(ranked["op_name"]) == ["wide", "more_elements", "early_small", "late_big", "harmless"]
-    assert list(ranked["rank"]) == [1, 2, 3, 4, 5] and list(ranked.columns) == COLUMNS
+    assert list(ranked["op_name"]) == ["wide", "more_elements", "early_small", "late_big", "step_two", "harmless"]
+    assert list(ranked["rank"]) == [1, 2, 3, 4, 5, 6] and list(ranked.columns) == COLUMNS
     assert list(rank(pd.DataFrame()).columns) == COLUMNS

@@ -122,7 +122,7 @@ def test_reads_after_a_nondeterministic_write_are_not_sources(run_step):
     assert t.code == 1
     assert t.sources == ["ResourceScatterAdd"]
     assert t.row("ResourceScatterAdd")["kind"] == "write"
-    graph, differs = t.record.graph, t.record.compare().differs
+    graph, differs = t.record.graph, t.record.comparisons()[0][1].differs
     reads_after = [op for op in graph.ops if graph.op_type(op) == "ReadVariableOp" and graph.prior_writes(op, "table")]
     assert reads_after and all(differs[f"{op}:0"] for op in reads_after)  # they differ, yet are no source
     assert t.row("ResourceScatterAdd")["downstream_differing"] >= len(reads_after) + 2

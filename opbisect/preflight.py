@@ -1,0 +1,100 @@
+"""Pre-flight checks: causes of nondeterminism visible before any op is compared. Each is a Finding that says
+how to fix it: unseeded stateful random ops, the input pipeline (tf.data), and the environment.
+(Initial variables and batches across processes are compared in opbisect.processes.)"""
+
+from __future__ import annotations
+
+import os
+
+from .ir import RANDOM_OPS, Finding
+
+_PARALLEL_DATASETS = {"ParallelMapDataset", "ParallelMapDatasetV2", "ParallelInterleaveDatasetV2",
+                      "ParallelInterleaveDatasetV3", "ParallelInterleaveDatasetV4", "ParallelBatchDataset",
+                      "MapAndBatchDataset", "ParallelFilterDataset"}
+_SHUFFLES = {"ShuffleDataset", "ShuffleDatasetV2", "ShuffleDatasetV3", "ShuffleAndRepeatDataset",
+             "ShuffleAndRepeatDatasetV2"}
+_STATEFUL_IN_FUNCTIONS = RANDOM_OPS | {"RandomUniformInt", "StatefulUniform", "StatefulStandardNormalV2",
+                                       "RngReadAndSkip", "PyFunc", "EagerPyFunc"}
+
+
+def checks(trace, target) -> list[Finding]:
+    found = unseeded_random_ops(trace.graph)
+    if target.dataset is not None:
+        found += dataset_findings(target.dataset)
+    found += environment_findings(trace.graph)
+    return found
+
+
+def unseeded_random_ops(graph) -> list[Finding]:
+    ops = [op for op in graph.ops if graph.op_type(op) in RANDOM_OPS
+           and not graph.attrs(op).get("seed") and not graph.attrs(op).get("seed2")]
+    if not ops:
+        return []
+    shown = ", ".join(ops[:4]) + (" ..." if len(ops) > 4 else "")
+    return [Finding("warning", f"{len(ops)} stateful random op(s) without a seed ({shown}): they draw differently "
+                               f"in every process; call keras.utils.set_random_seed(...) (or tf.random.set_seed) "
+                               f"first, or use tf.random.stateless_* with an explicit seed")]
+
+
+def dataset_findings(dataset) -> list[Finding]:
+    """What in a tf.data pipeline makes its batches differ between runs or processes."""
+    from tensorflow.core.framework import graph_pb2
+
+    try:
+        graph = graph_pb2.GraphDef.FromString(dataset._as_serialized_graph().numpy())  # noqa: SLF001
+    except Exception as exc:  # a pipeline that does not serialize (py_function inside): say so, do not guess
+        return [Finding("note", f"the tf.data pipeline could not be inspected ({type(exc).__name__})")]
+    consts = {n.name: n for n in graph.node if n.op == "Const"}
+    stateful_fns = {f.signature.name for f in graph.library.function
+                    if any(nd.op in _STATEFUL_IN_FUNCTIONS for nd in f.node_def)}
+    found = []
+    options = dataset.options()
+    if options.deterministic is False:
+        found.append(Finding("warning", "input: the pipeline's options set deterministic=False: parallel stages "
+                                        "yield elements in the order they finish; remove the option (or set it "
+                                        "True)"))
+    for node in graph.node:
+        if node.op in _PARALLEL_DATASETS:
+            if node.attr["deterministic"].s == b"false":
+                found.append(Finding("warning", f"input: {node.op} runs with deterministic=False: elements come "
+                                                f"in the order the parallel calls finish; pass deterministic=True"))
+            fn = node.attr["f"].func.name
+            if fn in stateful_fns:
+                found.append(Finding("warning", f"input: {node.op} calls a function with stateful ops (random or "
+                                                f"Python) in parallel: which element gets which draw depends on "
+                                                f"timing; use stateless random ops (tf.random.stateless_*)"))
+        if node.op in _SHUFFLES:
+            seeds = [consts.get(s.split(":")[0].lstrip("^")) for s in node.input[2:4]]
+            values = [n.attr["value"].tensor.int64_val[:1] for n in seeds if n is not None]
+            if len(values) == 2 and all(list(v) == [0] for v in values):
+                found.append(Finding("warning", "input: a shuffle has no seed (and no global seed was set): its "
+                                                "order differs in every process; pass seed=... or call "
+                                                "tf.random.set_seed first"))
+            if node.attr["reshuffle_each_iteration"].b:
+                found.append(Finding("note", "input: a shuffle reshuffles on every iteration: each epoch (and each "
+                                             "re-created iterator) sees another order, reproducible only from the "
+                                             "same seed state"))
+    return found
+
+
+def environment_findings(graph) -> list[Finding]:
+    import tensorflow as tf
+    from tensorflow.python.framework.config import is_op_determinism_enabled
+
+    env = {k: os.environ[k] for k in ("TF_DETERMINISTIC_OPS", "TF_CUDNN_USE_AUTOTUNE", "TF_ENABLE_ONEDNN_OPTS",
+                                      "PYTHONHASHSEED", "TF_CUDNN_DETERMINISTIC") if k in os.environ}
+    threads = (tf.config.threading.get_inter_op_parallelism_threads(),
+               tf.config.threading.get_intra_op_parallelism_threads())
+    gpu = bool(tf.config.list_logical_devices("GPU"))
+    env.setdefault("PYTHONHASHSEED", "unset")
+    described = ", ".join(f"{k}={v}" for k, v in env.items())
+    found = [Finding("note", f"environment: op determinism {'on' if is_op_determinism_enabled() else 'off'}; "
+                             f"{described}; inter/intra-op threads {threads[0] or 'default'}/"
+                             f"{threads[1] or 'default'}")]
+    convs = [op for op in graph.ops if graph.op_type(op).startswith(("Conv2D", "Conv3D", "DepthwiseConv2d"))]
+    if gpu and convs and not is_op_determinism_enabled() and env.get("TF_CUDNN_USE_AUTOTUNE", "1") not in ("0",
+                                                                                                        "false"):
+        found.append(Finding("warning", f"cuDNN autotuning is on for {len(convs)} convolution op(s): each process "
+                                        f"may pick other algorithms (runs in one process cannot see it: use "
+                                        f"--processes); enable_op_determinism() picks deterministic ones"))
+    return found

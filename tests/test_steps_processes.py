@@ -1,0 +1,190 @@
+"""Across steps and across processes: first-step bisection, pipelines, fit's epochs, fresh processes."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+
+from conftest import EXAMPLES, cli, trace, write_script
+from opbisect.align import align
+from opbisect.ir import OpGraph
+
+DIVERGES_FROM_STEP_3 = """
+ROWS = 8192
+table = tf.Variable(tf.zeros([ROWS, 32]), name="table")
+w = tf.Variable(tf.ones([32]), name="w")
+
+
+def batches():
+    rng = np.random.default_rng(0)
+    for k in range(5):
+        updates = rng.standard_normal((ROWS, 32)).astype(np.float32)
+        # Steps 1 and 2 touch each row once; from step 3 on 8192 updates land on 4 rows: the CPU scatter races.
+        rows = rng.permutation(ROWS) if k < 2 else rng.integers(0, 4, ROWS)
+        yield tf.constant(updates), tf.constant(rows.astype(np.int32))
+
+
+@tf.function
+def step(updates, rows):
+    table.scatter_add(tf.IndexedSlices(updates * w, rows))
+    w.assign(w * 0.99 + 0.01 * tf.reduce_mean(table, axis=0))
+    return tf.reduce_sum(table)
+
+
+inputs = next(batches())
+"""
+
+HASH_ORDER = """
+NAMES = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
+scales = {n: tf.Variable(float(10 ** (3 * (i % 3)) * (-1) ** i), name=n) for i, n in enumerate(NAMES)}
+w = tf.Variable(tf.ones([8]), name="w")
+
+
+@tf.function
+def step(x):
+    terms = [x * scales[name] + 0.1 for name in set(NAMES)]  # set order: PYTHONHASHSEED decides
+    total = tf.add_n(terms, name="total")
+    w.assign_add(total * 1e-3)
+    return tf.reduce_sum(total)
+
+
+inputs = (tf.constant(np.linspace(0.1, 0.9, 8, dtype=np.float32)),)
+"""
+
+
+def test_first_step_bisection_names_the_step_where_runs_part_and_the_op(run_step):
+    t = run_step(DIVERGES_FROM_STEP_3, steps=5)
+    assert t.code == 1
+    assert t.record.default.first_differing_step() == 3
+    assert t.record.default.differing_variables() == [0, 0, 2, 2, 2]
+    assert t.sources == ["ResourceScatterAdd"] and t.row("ResourceScatterAdd")["first_step"] == 3
+    assert any("step 3 is the first differing step" in line for line in t.lines)
+    assert t.lines[-2] == "ResourceScatterAdd is the first bad op (step 3)"
+
+
+def test_a_tf_data_pipeline_with_deterministic_false_is_reported_as_input(run_step):
+    t = run_step("""
+        import random
+        import time
+
+        w = tf.Variable(tf.ones([8]), name="w")
+
+
+        def slow(x):
+            time.sleep(random.random() * 0.01)  # the parallel calls finish in another order each time
+            return x
+
+
+        dataset = tf.data.Dataset.range(64).map(lambda x: tf.fill([8], tf.py_function(slow, [x], tf.int64)),
+                                                num_parallel_calls=8, deterministic=False)
+
+
+        def batches():
+            return ((tf.cast(element, tf.float32),) for element in dataset)
+
+
+        @tf.function
+        def step(x):
+            w.assign_sub(0.01 * x * w)
+            return tf.reduce_sum(w)
+
+
+        inputs = next(batches())
+        """, steps=3, runs=5)
+    findings = [f.message for f in t.record.findings]
+    assert any(m.startswith("input: ParallelMapDatasetV2 runs with deterministic=False") for m in findings)
+    assert t.code == 1 and t.record.default.differing_batches()
+    assert list(t.csv["kind"]) == ["input"] and t.csv.iloc[0]["op_type"] == "Placeholder"
+
+
+def test_fit_epochs_example_is_reproducible_for_one_epoch_and_not_for_two(tmp_path):
+    two = trace(EXAMPLES / "fit_epochs.py", tmp_path, runs=5)
+    assert two.code == 1 and two.record.meta["form"] == "fit" and two.record.steps == 2
+    assert two.record.fit.first_differing_step() == 2  # model.fit itself parts at epoch 2
+    assert two.record.fit.differing_variables()[0] == 0
+    top = two.csv.iloc[0]
+    assert (top["op_type"], top["kind"], top["first_step"]) == ("ResourceScatterSub", "write", 2)
+    assert any("replay of fit's steps matches model.fit bit for bit through step 1" in line for line in two.lines)
+    one = tmp_path / "fit_one_epoch.py"
+    one.write_text(f"import runpy\nglobals().update(runpy.run_path({str(EXAMPLES / 'fit_epochs.py')!r}))\n"
+                   "fit_kwargs = {'epochs': 1, 'steps_per_epoch': 1}\n")
+    single = trace(one, tmp_path, runs=5)
+    assert single.code == 0 and single.csv.empty and single.record.fit.steps == 1
+
+
+def _no_hash_seed() -> dict:
+    return {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+
+
+def test_cross_process_run_finds_a_hash_seed_dependent_addn_order(tmp_path):
+    script = write_script(tmp_path, "hash_order", HASH_ORDER)
+    env = _no_hash_seed()
+    done = cli("trace", str(script), "--runs", "3", "--processes", "3", "--out", str(tmp_path), "--no-progress",
+               env=env, clear_env=True)
+    assert done.returncode == 1, done.stderr
+    csv = pd.read_csv(tmp_path / "hash_order.csv")
+    row = csv[csv["op_name"] == "total"].iloc[0]
+    assert (row["op_type"], row["kind"], row["seen_across"]) == ("AddN", "order", "processes")
+    assert "PYTHONHASHSEED 1, 2, 3" in done.stdout
+    assert "1 result: deterministic" in done.stdout  # inside one process it is reproducible
+
+
+def test_cross_process_run_finds_an_unseeded_initializer(tmp_path):
+    script = write_script(tmp_path, "unseeded", """
+        w = tf.Variable(tf.random.normal([4, 4]), name="w")  # no seed: another start in every process
+
+
+        @tf.function
+        def step(x):
+            y = tf.matmul(x, w)
+            w.assign_sub(0.1 * y)
+            return tf.reduce_sum(y)
+
+
+        inputs = (tf.eye(4),)
+        """)
+    done = cli("trace", str(script), "--runs", "2", "--processes", "2", "--out", str(tmp_path), "--no-progress")
+    assert done.returncode == 1, done.stderr
+    assert "1 variable(s) start with different values in different processes (w)" in done.stdout
+    csv = pd.read_csv(tmp_path / "unseeded.csv")
+    assert list(zip(csv["kind"], csv["seen_across"])) == [("state", "processes")]
+    assert "set_random_seed" in csv.iloc[0]["known_remedy"]
+
+
+def graph_of(ops: list[tuple[str, str, list[str]]], roles: dict | None = None) -> OpGraph:
+    g = OpGraph()
+    for name, op_type, _ in ops:
+        g.add_op(name, type=op_type, outputs=[("float32", "()")], role=(roles or {}).get(name, ""))
+    for name, _, inputs in ops:
+        for slot, src in enumerate(inputs):
+            g.add_data_edge(src, 0, name, slot)
+    return g
+
+
+def test_alignment_follows_structure_when_names_shift():
+    a = graph_of([("x", "Placeholder", []), ("mul", "Mul", ["x", "x"]), ("tanh", "Tanh", ["mul"]),
+                  ("exp", "Exp", ["x"]), ("out", "Sub", ["tanh", "exp"])], roles={"x": "arg:0"})
+    # The same computation; every name shifted (uniquification), created in another order.
+    b = graph_of([("x_1", "Placeholder", []), ("exp_7", "Exp", ["x_1"]), ("mul_3", "Mul", ["x_1", "x_1"]),
+                  ("tanh_2", "Tanh", ["mul_3"]), ("out_9", "Sub", ["tanh_2", "exp_7"])], roles={"x_1": "arg:0"})
+    al = align(a, b)
+    assert al.pairs == {"x": "x_1", "mul": "mul_3", "tanh": "tanh_2", "exp": "exp_7", "out": "out_9"}
+    assert al.only_a == [] and al.only_b == [] and al.reordered == []
+    assert al.tensor("tanh:0") == "tanh_2:0"
+
+
+def test_alignment_tells_a_reordered_sum_from_a_different_graph():
+    ops = [("p", "Placeholder", []), ("q", "Placeholder", []), ("r", "Placeholder", []),
+           ("sin", "Sin", ["p"]), ("cos", "Cos", ["q"])]
+    roles = {"p": "arg:0", "q": "arg:1", "r": "arg:2"}
+    a = graph_of(ops + [("sum", "AddN", ["sin", "cos", "r"])], roles)
+    b = graph_of(ops + [("sum", "AddN", ["r", "sin", "cos"])], roles)
+    al = align(a, b)
+    assert al.reordered == [("sum", "sum")] and not al.only_a
+    c = graph_of(ops + [("sum", "AddN", ["sin", "cos", "sin"])], roles)  # other inputs: not a reorder
+    al = align(a, c)
+    assert al.reordered == [] and al.only_a == ["sum"] and al.only_b == ["sum"]
+    d = graph_of(ops + [("sum", "Sub", ["sin", "cos"])], roles)  # non-commutative ops keep their order
+    e = graph_of(ops + [("sum", "Sub", ["cos", "sin"])], roles)
+    assert align(d, e).only_a == ["sum"]
