@@ -157,7 +157,8 @@ def main() -> None:
     print(f"{'plain step':<34}{c['plain_ms']:>10.2f}{1:>8.2f}")
     print(f"{'plain step, timed again':<34}{c['plain_again_ms']:>10.2f}{c['plain_again_ms'] / c['plain_ms']:>8.2f}")
     for key, v in c["variants"].items():
-        print(f"{'instrumented, ' + key:<34}{v['ms']:>10.2f}{v['ratio']:>8.2f}   (first call {v['first_call_s']:.1f} s; "
+        print(f"{'instrumented, ' + key:<34}{v['ms']:>10.2f}{v['ratio']:>8.2f}   "
+              f"(first call {v['first_call_s']:.1f} s; "
               f"{v['name']})")
     for d in result["debugger"]:
         if "error" in d:

@@ -175,7 +175,7 @@ class OpGraph:
             raise GraphCheckError(f"the traced graph has a cycle ({cycle}); this is an opbisect bug: please report it "
                                   f"with the script")
         for op in self.g.nodes:
-            for slot, tid in enumerate(self.data_inputs(op)):
+            for tid in self.data_inputs(op):
                 src, port = split_id(tid)
                 if int(port) >= len(self.g.nodes[src]["outputs"]):
                     raise GraphCheckError(f"op {op} reads {tid}, which {src} does not produce; opbisect bug")

@@ -169,7 +169,7 @@ def rerun_report(path, out=None, echo=print) -> int:
     df = report.table(record, comparisons)
     stem = path.name[: -len(".runs.json")] if path.name.endswith(".runs.json") else path.stem
     csv_path = (Path(out) if out else path.parent) / f"{stem}.csv"
-    report._atomic_write(csv_path, lambda fh: df.to_csv(fh, index=False))  # noqa: SLF001
+    report.write_csv(df, csv_path)
     for line in report.summary(record, df, comparisons, csv_path):
         echo(line)
     return 1 if report.nondeterministic(record, df) else 0

@@ -133,7 +133,7 @@ def cross_process(records: list, seeds: list[str]) -> dict:
             continue
         kind = "order" if s.op in reordered else s.kind
         rows.append(_row(graph, s, kind, len(records)))
-    for op, where in reordered.items():
+    for op in reordered:
         if not any(r["op_name"] == op for r in rows):  # reordered, though the sum came out the same here
             rows.append({**_row(graph, None, "order", len(records), op=op), "distinct_values": 1})
     return {"processes": len(records), "hash_seeds": seeds, "rows": rows, "lines": lines, "differs": differs,

@@ -20,8 +20,8 @@ COLUMNS = [
     "known_remedy",
 ]
 
-_ORDER = [("affects_result", False), ("first_step", True), ("downstream_differing", False), ("frac_elements_differing", False),
-          ("max_ulp_diff", False), ("position", True), ("op_name", True)]
+_ORDER = [("affects_result", False), ("first_step", True), ("downstream_differing", False),
+          ("frac_elements_differing", False), ("max_ulp_diff", False), ("position", True), ("op_name", True)]
 
 
 def rank(rows: pd.DataFrame) -> pd.DataFrame:

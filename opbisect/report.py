@@ -126,8 +126,12 @@ def _atomic_write(path: Path, write) -> None:
 def save(record: Record, df: pd.DataFrame, out: Path, stem: str) -> tuple[Path, Path]:
     csv_path, raw_path = paths(out, stem)
     _atomic_write(raw_path, lambda fh: json.dump(record.to_json(), fh))
-    _atomic_write(csv_path, lambda fh: df.to_csv(fh, index=False))
+    write_csv(df, csv_path)
     return csv_path, raw_path
+
+
+def write_csv(df: pd.DataFrame, path: Path) -> None:
+    _atomic_write(path, lambda fh: df.to_csv(fh, index=False))
 
 
 def load(path: Path) -> Record:

@@ -17,7 +17,7 @@ def chain(*ops: tuple[str, str, list[str]], writes: dict | None = None, reads: d
     """ops: (name, type, [input tensor ids]); writes/reads: {op: variable}."""
     g = OpGraph()
     writes, reads = writes or {}, reads or {}
-    for name, op_type, inputs in ops:
+    for name, op_type, _ in ops:
         resources = [(0, writes.get(name) or reads.get(name))] if name in writes or name in reads else []
         outputs = [] if name in writes else [("float32", "(4,)")]
         g.add_op(name, type=op_type, stateful=bool(resources) or op_type == "RandomUniform",

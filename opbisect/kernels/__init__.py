@@ -72,8 +72,8 @@ def build(cuda: bool) -> Path:
         # Static cudart: TensorFlow loads its own (CUDA 12) runtime; this op must not need another .so.
         libs = [f"-L{home / 'lib64'}", f"-L{home / 'lib'}", "-lcudart_static", "-ldl", "-lrt", "-lpthread"]
     tmp = out / f"tmp-{os.getpid()}.so"
-    _run(["g++", "-O2", "-shared", "-fPIC", *defines, *cflags, str(HERE / "fingerprint_op.cc"), *objects, "-o", str(tmp),
-          *lflags, *libs])
+    _run(["g++", "-O2", "-shared", "-fPIC", *defines, *cflags, str(HERE / "fingerprint_op.cc"), *objects,
+          "-o", str(tmp), *lflags, *libs])
     os.replace(tmp, lib)
     return lib
 

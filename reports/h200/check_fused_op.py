@@ -15,7 +15,8 @@ gpu = fingerprint.FusedFingerprinter(cuda=True)
 rng = np.random.default_rng(0)
 sizes = [0, 1, 7, 255, 256, 8191, 8192, 8193, 100_003, 3_000_001]
 tensors = [tf.constant(rng.standard_normal(n).astype(np.float32)) for n in sizes]
-tensors += [tf.constant(rng.integers(-2**62, 2**62, 9000), tf.int64), tf.constant(rng.standard_normal(9000), tf.float16),
+tensors += [tf.constant(rng.integers(-2**62, 2**62, 9000), tf.int64),
+            tf.constant(rng.standard_normal(9000), tf.float16),
             tf.constant(rng.standard_normal(9000), tf.bfloat16), tf.constant(rng.integers(0, 2, 9000).astype(bool)),
             tf.constant(rng.integers(0, 255, 9000).astype(np.uint8)), tf.constant(rng.standard_normal(9000)),
             tf.constant(rng.standard_normal(500) + 1j, tf.complex128), tf.constant([3, -4, 5], tf.int32)]
