@@ -100,9 +100,6 @@ class OpGraph:
                             self.g.add_edge(w, c, key=f"r:{var}", kind="resource", var=var)
 
     # -- queries -----------------------------------------------------------------------------------------
-    def __contains__(self, op_id: str) -> bool:
-        return op_id in self.g
-
     def __len__(self) -> int:
         return self.g.number_of_nodes()
 
@@ -142,10 +139,6 @@ class OpGraph:
         """Tensor ids feeding `op`, in input-slot order."""
         edges = [(d["slot"], d["tensor"]) for _, _, d in self.g.in_edges(op, data=True) if d["kind"] == "data"]
         return [t for _, t in sorted(edges)]
-
-    def consumers(self, tid: str) -> list[str]:
-        op, _ = split_id(tid)
-        return sorted({v for _, v, d in self.g.out_edges(op, data=True) if d.get("tensor") == tid})
 
     def prior_writes(self, op: str, var: str) -> list[str]:
         """Writes of `var` ordered before `op`, latest last."""

@@ -85,6 +85,3 @@ def remedy(op_type: str, kind: str) -> str:
         return KIND_REMEDIES[kind]
     return KNOWN_REMEDIES.get(op_type, "")
 
-
-def is_known(op_type: str) -> bool:
-    return op_type in KNOWN_REMEDIES
