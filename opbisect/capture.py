@@ -50,7 +50,7 @@ class Instrumented:
         return digests, list(outs), [t.numpy() for t in full]
 
 
-def tappable_tensors(trace: Trace, include_states: bool = True) -> tuple[list[str], dict[str, int]]:
+def tappable_tensors(trace: Trace) -> tuple[list[str], dict[str, int]]:
     """All tensor ids worth tapping (numeric, integer, boolean outputs and post-write states), and the
     count of outputs skipped per dtype."""
     graph = trace.graph
@@ -62,8 +62,7 @@ def tappable_tensors(trace: Trace, include_states: bool = True) -> tuple[list[st
                 taps.append(tid)
             else:
                 skipped[dtype] = skipped.get(dtype, 0) + 1
-        if include_states:
-            taps.extend(f"{op}:res{slot}" for slot, _ in graph.written(op))
+        taps.extend(f"{op}:res{slot}" for slot, _ in graph.written(op))
     return taps, skipped
 
 
@@ -153,7 +152,7 @@ def _empty_digests(b: _GraphDefBuilder) -> str:
     return f"{PREFIX}/fingerprints:0"
 
 
-def _stamped_digests(b: _GraphDefBuilder, graph, specs: list[tuple[str, str]], fingerprinter) -> str:
+def _stamped_digests(b: _GraphDefBuilder, specs: list[tuple[str, str]], fingerprinter) -> str:
     """A template stamped next to each tensor, the [1, 8] uint8 rows concatenated and bitcast to int64[n]."""
     import tensorflow as tf
     from tensorflow.core.framework import attr_value_pb2, tensor_pb2
@@ -234,7 +233,7 @@ def instrumented_graph_def(trace: Trace, taps: list[str], fingerprinter: Fingerp
     elif fingerprinter.fused:
         fps, layout = _fused_digests(b, specs, fingerprinter.host_dtypes)
     else:
-        fps = _stamped_digests(b, graph, specs, fingerprinter)
+        fps = _stamped_digests(b, specs, fingerprinter)
     return b.gd, fps, [spec(t) for t in full], layout
 
 

@@ -61,7 +61,7 @@ def result_tensors(trace) -> list[str]:
     for op in graph.topo_order():
         for slot, var in graph.written(op):
             last[var] = state_id(op, slot)
-    return [n for n in trace.output_names] + sorted(last.values())
+    return list(trace.output_names) + sorted(last.values())
 
 
 def progress_display(enabled: bool):
@@ -105,7 +105,8 @@ def experiment(settings: TraceSettings):
     start = Snapshot(restored)
     output_fps = capture.make_value_fingerprinter(fp)
     taps, skipped = capture.tappable_tensors(trace)
-    results = [t for t in result_tensors(trace) if t in set(taps)]
+    tapped = set(taps)
+    results = [t for t in result_tensors(trace) if t in tapped]
     pinned = pinned_options(settings.pin_grappler)
     steps = settings.steps
     if target.form == "fit" and steps == 1:

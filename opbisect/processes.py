@@ -45,7 +45,7 @@ def child_command(settings, out: Path) -> list[str]:
     return cmd
 
 
-def run_children(settings, folder: Path, echo) -> tuple[list, list[str]]:
+def run_children(settings, folder: Path) -> tuple[list, list[str]]:
     seeds = []
     records = []
     for i in range(settings.processes):
@@ -60,12 +60,9 @@ def run_children(settings, folder: Path, echo) -> tuple[list, list[str]]:
             raise error(f"process {i + 1} of {settings.processes} failed (exit {done.returncode})")
         records.append(report.load(out / f"{settings.script.stem}.runs.json"))
         if settings.progress:
-            echo_err(f"opbisect: process {i + 1}/{settings.processes} done (PYTHONHASHSEED={seeds[-1]})")
+            print(f"opbisect: process {i + 1}/{settings.processes} done (PYTHONHASHSEED={seeds[-1]})",
+                  file=sys.stderr)
     return records, seeds
-
-
-def echo_err(line: str) -> None:
-    print(line, file=sys.stderr)
 
 
 def constant_within(record) -> dict[str, bool]:
@@ -158,7 +155,7 @@ def _row(graph, source, kind: str, processes: int, op: str | None = None) -> dic
 
 def run_processes(settings, echo) -> int:
     with tempfile.TemporaryDirectory(prefix="opbisect-processes-") as tmp:
-        records, seeds = run_children(settings, Path(tmp), echo)
+        records, seeds = run_children(settings, Path(tmp))
     merged = records[0]
     info, findings = cross_process(records, seeds)
     merged.processes = info

@@ -228,7 +228,7 @@ class FitPlan:
         return sum(1 for _ in self.batches())
 
 
-def _fit_target(module, path: Path) -> tuple[Any, FitPlan]:
+def _fit_target(module, path: Path) -> tuple[Any, FitPlan, tuple]:
     import tensorflow as tf
 
     names = vars(module)
@@ -253,7 +253,7 @@ def _fit_target(module, path: Path) -> tuple[Any, FitPlan]:
     first = next(iter(plan.batches()), None)
     if first is None:
         raise TargetError(f"{path}: `dataset` yields no batch")
-    return _keras_step(module.model, first, path), plan
+    return _keras_step(module.model, first, path), plan, first
 
 
 def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs") -> Target:
@@ -268,8 +268,7 @@ def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs"
         make_inputs = _inputs_factory(names[inputs_name], inputs_name, path)
         form = "step"
     elif "model" in names and "fit_kwargs" in names:
-        step, plan = _fit_target(module, path)
-        first = next(iter(plan.batches()))
+        step, plan, first = _fit_target(module, path)
         target = Target(path=path, step=step, make_inputs=lambda: first, variables=None, form="fit",
                         module=module, make_batches=plan.batches, steps_available=plan.steps, fit=plan,
                         dataset=plan.dataset)
