@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +40,6 @@ class Trace:
         bound = function_type_utils.canonicalize_function_inputs(args, {}, self.concrete.function_type)
         return list(self.concrete.function_type.unpack_inputs(bound))
 
-    def feeds(self, args: tuple) -> list:
-        return self.flat_args(args) + list(self.concrete.captured_inputs)
-
 
 def _site(origin: Origin | None) -> tuple[str, str]:
     """(user site, library site) of an op: the innermost frame in the user's code, and the innermost frame
@@ -53,9 +51,16 @@ def _site(origin: Origin | None) -> tuple[str, str]:
         frames = origin.graph.get_operation_by_name(origin.name).traceback
     except (KeyError, ValueError, AttributeError):
         return "", ""
+    return pick_sites(frames, entry=sys.argv[0] if sys.argv else "")
+
+
+def pick_sites(frames, entry: str = "") -> tuple[str, str]:
+    """(user site, library site) from an op's creation frames, outermost first. `entry` is the program that
+    runs (sys.argv[0]): when it is opbisect's console script, its frames are opbisect's, not the user's."""
     fmt = lambda f: f"{Path(f.filename).name}:{f.lineno} in {f.name}"  # noqa: E731
+    ours = entry if Path(entry).name.startswith("opbisect") else None
     frames = [f for f in frames if not f.filename.startswith("<") and "__autograph_generated" not in f.filename
-              and ("opbisect" + os.sep not in f.filename or "examples" in f.filename)]
+              and ("opbisect" + os.sep not in f.filename or "examples" in f.filename) and f.filename != ours]
     user = next((f for f in reversed(frames) if not any(d in f.filename for d in _LIBRARY_DIRS)), None)
     lib = next((f for f in reversed(frames) if "tensorflow" + os.sep not in f.filename), None)
     return (fmt(user) if user else ""), (fmt(lib) if lib else "")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import traceback
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -11,7 +13,7 @@ from opbisect import capture, fingerprint
 from opbisect.errors import GraphCheckError
 from opbisect.ir import OpGraph
 from opbisect.target import load_target
-from opbisect.trace import trace_step
+from opbisect.trace import pick_sites, trace_step
 
 NESTED = """
 v = tf.Variable(tf.zeros([3]), name="v")
@@ -228,3 +230,20 @@ def test_fused_many_keeps_order_when_int32_goes_to_the_host():
     together = fused.many(tensors).numpy()
     fused.host_dtypes = frozenset({"int32"})
     assert np.array_equal(fused.many(tensors).numpy(), together)
+
+
+def test_an_ops_site_is_the_users_frame_never_opbisects_console_script():
+    def frame(path, line, name):
+        return traceback.FrameSummary(path, line, name)
+
+    console = "/venv/bin/opbisect"
+    through_keras = [frame(console, 8, "<module>"), frame("/venv/lib/python3.11/site-packages/keras/src/optimizers/"
+                                                          "sgd.py", 123, "update_step"),
+                     frame("/venv/lib/python3.11/site-packages/tensorflow/python/ops/array_ops.py", 50, "f")]
+    # The Keras form: no frame of the user's; the library site names Keras, not the console script.
+    assert pick_sites(through_keras, entry=console) == ("", "sgd.py:123 in update_step")
+    from_script = [frame(console, 8, "<module>"), frame("/home/me/train.py", 31, "step")] + through_keras[1:]
+    assert pick_sites(from_script, entry=console) == ("train.py:31 in step", "sgd.py:123 in update_step")
+    # A user's own program that calls opbisect keeps its frames.
+    assert pick_sites([frame("/home/me/run.py", 3, "<module>")] + through_keras[1:], entry="/home/me/run.py")[0] \
+        == "run.py:3 in <module>"
