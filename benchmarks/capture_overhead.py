@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+GRAPPLER_OFF: list[str] = []  # grappler passes turned off in every process (--grappler-off)
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -44,12 +45,13 @@ def timed(fn, repeats: int, sync, warmup: int = 3) -> float:
 
 
 def sync_outputs(result) -> None:
-    """Wait for the device: copy one scalar of the result to the host."""
+    """Wait until the device has finished all the step's work (not only the op that made one output)."""
     import tensorflow as tf
 
     flat = [t for t in tf.nest.flatten(result) if hasattr(t, "numpy")]
     if flat:
         flat[0].numpy()
+    tf.test.experimental.sync_devices()
 
 
 def setup(script: Path, device: str):
@@ -58,6 +60,8 @@ def setup(script: Path, device: str):
     from opbisect.trace import trace_step
 
     tf, kind = setup_tensorflow(device)
+    if GRAPPLER_OFF:  # for both the plain and the instrumented step: isolates what capture costs in fusions
+        tf.config.optimizer.set_experimental_options({name: False for name in GRAPPLER_OFF})
     target = load_target(script)
     args = target.make_inputs()
     return tf, kind, target, args, trace_step(target, args)
@@ -78,8 +82,13 @@ def measure_capture(script: Path, device: str, repeats: int, runs: int, choices:
         start = time.perf_counter()
         inst(args)  # the first call: tracing, grappler, and kernel compilation
         first = time.perf_counter() - start
-        seconds = timed(lambda: inst(args), repeats, lambda r: None)  # inst copies its digests to the host
+        seconds = timed(lambda: inst(args), repeats, sync_outputs)  # inst copies its digests to the host
         variants[fp.key] = {"name": fp.name, "ms": seconds * 1e3, "ratio": seconds / plain, "first_call_s": first}
+    # The re-imported step with no tap: what the GraphDef round trip costs, apart from fingerprinting.
+    bare = capture.build(trace, [], fingerprint.for_device(kind, jit=bool(trace.jit_compile))[0])
+    seconds = timed(lambda: bare(args), repeats, sync_outputs, warmup=4)
+    variants["no taps"] = {"name": "the step re-imported from its GraphDef, nothing tapped", "ms": seconds * 1e3,
+                           "ratio": seconds / plain, "first_call_s": None}
     plain_again = timed(lambda: trace.concrete(*args), repeats, sync_outputs)  # drift check
     tapped_bytes = sum(_bytes(trace.graph, t) for t in taps)
     with tempfile.TemporaryDirectory() as out:
@@ -110,10 +119,12 @@ def _bytes(graph, tid: str) -> int:
     return n * tf.as_dtype(dtype).size
 
 
-def measure_debugger(script: Path, device: str, repeats: int, mode: str) -> dict:
+def measure_debugger(script: Path, device: str, repeats: int, mode: str, dumped_repeats: int) -> dict:
     """Plain step, then the same Python step re-traced under TF Debugger V2 in `mode`, in this process."""
     tf, kind, target, args, trace = setup(script, device)
     plain = timed(lambda: trace.concrete(*args), repeats, sync_outputs)
+    if mode == "FULL_TENSOR":
+        repeats = dumped_repeats
     with tempfile.TemporaryDirectory() as dump:
         tf.debugging.experimental.enable_dump_debug_info(dump, tensor_debug_mode=mode, circular_buffer_size=-1)
         debugged = tf.function(target.step.python_function, jit_compile=trace.jit_compile)
@@ -132,34 +143,46 @@ def main() -> None:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"])
     p.add_argument("--repeats", type=int, default=30)
     p.add_argument("--runs", type=int, default=5)
-    p.add_argument("--debugger-repeats", type=int, default=10, help="timed steps under the debugger (slow)")
+    p.add_argument("--debugger-repeats", type=int, default=10,
+                   help="timed steps under FULL_TENSOR, which writes every tensor to disk (other modes: --repeats)")
+    p.add_argument("--debugger-timeout", type=float, default=300, help="seconds for each debugger mode's process")
     p.add_argument("--debugger", default="", help="comma-separated TF Debugger V2 modes, e.g. NO_TENSOR,FULL_TENSOR")
     p.add_argument("--fingerprints", default="auto",
                    help="comma-separated fingerprinters to time: auto, farmhash, wsum, fused")
+    p.add_argument("--grappler-off", default="", help="comma-separated grappler passes to turn off for every "
+                   "step timed, e.g. remapping (which fuses ops unless a tap reads the intermediate)")
     p.add_argument("--json", type=Path)
     p.add_argument("--child-debugger", default="", help=argparse.SUPPRESS)
     a = p.parse_args()
+    GRAPPLER_OFF.extend(filter(None, a.grappler_off.split(",")))
     if a.child_debugger:
-        print(json.dumps(measure_debugger(a.script, a.device, a.repeats, a.child_debugger)))
+        print(json.dumps(measure_debugger(a.script, a.device, a.repeats, a.child_debugger, a.debugger_repeats)))
         return
-    result = {"script": str(a.script), "debugger": [],
+    result = {"script": str(a.script), "debugger": [], "grappler_off": GRAPPLER_OFF,
               "capture": measure_capture(a.script, a.device, a.repeats, a.runs, a.fingerprints.split(","))}
     for mode in filter(None, a.debugger.split(",")):
-        done = subprocess.run([sys.executable, __file__, "--script", str(a.script), "--device", a.device,
-                               "--repeats", str(a.debugger_repeats), "--child-debugger", mode],
-                              capture_output=True, text=True, check=False)
-        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-        result["debugger"].append(json.loads(lines[-1]) if lines else {"mode": mode, "error": done.stderr[-500:]})
+        # A child process per mode: the debugger instruments every function traced after it is enabled.
+        cmd = [sys.executable, __file__, "--script", str(a.script), "--device", a.device, "--repeats",
+               str(a.repeats), "--debugger-repeats", str(a.debugger_repeats), "--child-debugger", mode,
+               "--grappler-off", a.grappler_off]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=a.debugger_timeout)
+            lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+            d = json.loads(lines[-1]) if lines else {"mode": mode, "error": done.stderr[-500:]}
+        except subprocess.TimeoutExpired:
+            d = {"mode": mode, "error": f"did not finish in {a.debugger_timeout:.0f} s"}
+        result["debugger"].append(d)
+        print(f"debugger {mode}: {json.dumps(d)}", flush=True)  # kept even if a later mode is killed
     c = result["capture"]
     print(f"capture overhead: {a.script.name} on {c['device']}, {c['ops']} ops, {c['taps']} tensors tapped "
-          f"({c['tapped_MB']:.0f} MB of static-shape outputs), median of {a.repeats} calls")
+          f"({c['tapped_MB']:.0f} MB of static-shape outputs), median of {a.repeats} calls"
+          + (f", grappler passes off: {', '.join(GRAPPLER_OFF)}" if GRAPPLER_OFF else ""))
     print(f"{'what':<34}{'ms/step':>10}{'ratio':>8}")
     print(f"{'plain step':<34}{c['plain_ms']:>10.2f}{1:>8.2f}")
     print(f"{'plain step, timed again':<34}{c['plain_again_ms']:>10.2f}{c['plain_again_ms'] / c['plain_ms']:>8.2f}")
     for key, v in c["variants"].items():
-        print(f"{'instrumented, ' + key:<34}{v['ms']:>10.2f}{v['ratio']:>8.2f}   "
-              f"(first call {v['first_call_s']:.1f} s; "
-              f"{v['name']})")
+        first = f"first call {v['first_call_s']:.1f} s; " if v["first_call_s"] is not None else ""
+        print(f"{'instrumented, ' + key:<34}{v['ms']:>10.2f}{v['ratio']:>8.2f}   ({first}{v['name']})")
     for d in result["debugger"]:
         if "error" in d:
             print(f"TF Debugger V2 {d['mode']}: failed: {d['error']}")
