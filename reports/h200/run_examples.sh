@@ -25,12 +25,5 @@ done
 for ex in embedding_sgd scatter_segment_resize conv2d_net bert_like_fit; do
   determinism "$ex"; trace "${ex}_opdet" "$W/${ex}_opdet.py"
 done
-# A second process of the Conv2D step, with and without op determinism: does its result match the first's?
-mkdir -p "$R/second_process"
-for name in conv2d_net conv2d_net_opdet; do
-  script=examples/$name.py; [ "$name" = conv2d_net_opdet ] && script=$W/$name.py
-  timeout 200 python3 -m opbisect trace "$script" --runs 3 --out "$R/second_process" --no-progress \
-    --fingerprint $FP > "$R/second_process/$name.txt" 2>&1
-  python3 reports/h200/compare_processes.py "$R/$name.runs.json" "$R/second_process/$name.runs.json" \
-    | tee "$R/${name}_across_processes.txt"
-done
+# cuDNN autotuning is per process: the Conv2D step across two processes, with and without op determinism.
+W=$W FP=$FP bash reports/h200/run_processes.sh

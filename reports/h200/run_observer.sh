@@ -1,0 +1,18 @@
+#!/bin/bash
+# Why capture changes conv2d_net's result under op determinism: the same trace with grappler's remapper off
+# (for the plain and the instrumented step alike). A tap on a Conv2D output stops the remapper fusing
+# Conv2D+BiasAdd(+activation); if that fusion is what moves the result, the report with it off must say
+# "capture did not change the step's result". Run from the project root after `source /root/tfenv.sh`.
+set -u
+R=${OUT:-/tmp/out}/h200/observer; mkdir -p "$R"
+export OPBISECT_CACHE=${OPBISECT_CACHE:-/root/opbisect-cache} PYTHONUNBUFFERED=1
+W=${W:-/tmp/opbisect_wrappers}; mkdir -p "$W"
+for remap in on off; do
+  printf 'import runpy\nimport tensorflow as tf\ntf.config.experimental.enable_op_determinism()\n%s\n%s\n' \
+    "$([ $remap = off ] && echo "tf.config.optimizer.set_experimental_options({'remapping': False})")" \
+    "globals().update(runpy.run_path('$PWD/examples/conv2d_net.py'))" > "$W/conv2d_net_opdet_remap_$remap.py"
+  timeout 200 python3 -m opbisect trace "$W/conv2d_net_opdet_remap_$remap.py" --runs 3 --out "$R" --no-progress \
+    > "$R/conv2d_net_opdet_remap_$remap.txt" 2>&1
+  echo "remapper $remap: exit=$?"; grep "^instrumented step" "$R/conv2d_net_opdet_remap_$remap.txt"
+done
+rm -f "$R"/*.runs.json
