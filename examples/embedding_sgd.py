@@ -1,7 +1,9 @@
 """A Keras Embedding + Dense classifier trained with SGD on a batch with heavy index duplication.
 
-Really nondeterministic on CPU: SGD updates the embedding table with one ResourceScatterSub over 8192 rows that
-hit only 16 distinct indices, and TensorFlow's CPU scatter adds duplicates from several threads.
+Really nondeterministic on CPU: SGD updates the embedding table with one ResourceScatterSub over 32768 rows that
+hit only 16 distinct indices, and TensorFlow's CPU scatter adds duplicates from several threads. The scatter is
+large so that both threads are busy at once even on a loaded 2-core machine: with 8192 rows and two busy loops
+beside it, 6 runs came out identical in 3 of 3 tries; with 32768 rows they differed in 3 of 3.
 Run: opbisect trace examples/embedding_sgd.py
 """
 
@@ -10,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 keras.utils.set_random_seed(0)
-VOCAB, DIM, BATCH, LENGTH, CLASSES = 1000, 32, 512, 16, 4
+VOCAB, DIM, BATCH, LENGTH, CLASSES = 1000, 32, 2048, 16, 4
 
 model = keras.Sequential([
     keras.Input((LENGTH,), dtype="int32"),
@@ -34,6 +36,6 @@ def step(x, y):
 
 rng = np.random.default_rng(0)
 inputs = (
-    tf.constant(rng.integers(0, 16, (BATCH, LENGTH)), tf.int32),  # 8192 lookups of 16 rows: heavy duplication
+    tf.constant(rng.integers(0, 16, (BATCH, LENGTH)), tf.int32),  # 32768 lookups of 16 rows: heavy duplication
     tf.constant(rng.integers(0, CLASSES, (BATCH,)), tf.int32),
 )
