@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 keras.utils.set_random_seed(0)
-VOCAB, DIM, BATCH, LENGTH, CLASSES = 32768, 32, 2048, 16, 4
+VOCAB, DIM, BATCH, LENGTH, CLASSES = 32768, 128, 2048, 16, 4
 
 model = keras.Sequential([
     keras.Input((LENGTH,), dtype="int32"),
