@@ -243,8 +243,10 @@ def summary(record: Record, df: pd.DataFrame, comparisons, csv_path: Path | None
         lines.append(f"{f.level}: {f.message}")
     lines += (record.processes or {}).get("lines", [])
     if df.empty:
-        lines.append("no source found" + ("" if not nondeterministic(record, df) else
-                                          " although the step varies: see the notes above"))
+        lines.append("no source found" + (" although the step varies: see the notes above"
+                                          if nondeterministic(record, df) else
+                                          f": nothing differed in {record.runs} runs; a race that fires more "
+                                          f"rarely can hide (more --runs look harder)"))
     else:
         lines.append(f"{len(df)} source(s), ranked (what to fix first):")
         for r in df.itertuples():
