@@ -172,17 +172,16 @@ def _stamped_digests(b: _GraphDefBuilder, specs: list[tuple[str, str]], fingerpr
 FUSED_GROUP = 512  # taps per fused node, in topological order: an early group runs (and frees) early
 
 
-def _fused_digests(b: _GraphDefBuilder, specs: list[tuple[str, str]], host_dtypes) -> tuple[str, list[int]]:
+def _fused_digests(b: _GraphDefBuilder, specs: list[tuple[str, str]], fingerprinter) -> tuple[str, list[int]]:
     """One OpbisectFingerprint node per group of taps, their int64 vectors concatenated; and the layout.
 
-    Taps of `host_dtypes` (int32 on a GPU, which TensorFlow keeps in host memory) go to nodes on the CPU, so
-    they are not copied to the GPU one by one.
+    Taps of the fingerprinter's `host_dtypes` (int32 on a GPU, which TensorFlow keeps in host memory) go to
+    nodes on the CPU, so they are not copied to the GPU one by one.
     """
     import tensorflow as tf
     from tensorflow.core.framework import attr_value_pb2
 
-    families = [[i for i, (_, d) in enumerate(specs) if d not in host_dtypes],
-                [i for i, (_, d) in enumerate(specs) if d in host_dtypes]]
+    families = fingerprinter.split([d for _, d in specs])  # (on the device, on the host)
     parts, layout = [], []
     for on_host, members in enumerate(families):
         for i in range(0, len(members), FUSED_GROUP):
@@ -231,7 +230,7 @@ def instrumented_graph_def(trace: Trace, taps: list[str], fingerprinter: Fingerp
     if not specs:
         fps = _empty_digests(b)
     elif fingerprinter.fused:
-        fps, layout = _fused_digests(b, specs, fingerprinter.host_dtypes)
+        fps, layout = _fused_digests(b, specs, fingerprinter)
     else:
         fps = _stamped_digests(b, specs, fingerprinter)
     return b.gd, fps, [spec(t) for t in full], layout

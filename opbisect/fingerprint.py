@@ -26,6 +26,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import numpy as np
+
 SKIPPED_DTYPES = ("resource", "variant", "string")
 
 _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed int64: odd, well-mixed bits
@@ -63,7 +65,14 @@ class Fingerprinter:
     key = "base"  # what --fingerprint calls it
     name = "base"
     fused = False  # True: digests many tensors in one node (`many`), no per-tap template
-    host_dtypes: frozenset = frozenset()
+    host_dtypes: frozenset = frozenset()  # dtypes digested by a node on the CPU (see FusedFingerprinter)
+
+    def split(self, dtype_names) -> tuple[list[int], list[int]]:
+        """Positions of the tensors digested on the device, and of those digested on the host."""
+        device, host = [], []
+        for i, name in enumerate(dtype_names):
+            (host if name in self.host_dtypes else device).append(i)
+        return device, host
 
     def one(self, t):
         """int64 scalar digest of one tensor's bits (built in the current graph)."""
@@ -145,19 +154,15 @@ class FusedFingerprinter(Fingerprinter):
         tensors = list(tensors)
         if not tensors:
             return tf.zeros([0], tf.int64)
-        # TensorFlow hands a GPU kernel its int32 inputs in host memory: those go to a node on the CPU.
-        on_host = [i for i, t in enumerate(tensors) if t.dtype.name in self.host_dtypes]
+        on_device, on_host = self.split([t.dtype.name for t in tensors])
         if not on_host:
             return self.module.opbisect_fingerprint(tensors)
-        on_device = [i for i in range(len(tensors)) if i not in set(on_host)]
         parts = []
         if on_device:
             parts.append(self.module.opbisect_fingerprint([tensors[i] for i in on_device]))
         with tf.device("/device:CPU:0"):
             parts.append(self.module.opbisect_fingerprint([tensors[i] for i in on_host]))
-        order = on_device + on_host
-        inverse = [order.index(i) for i in range(len(tensors))]
-        return tf.gather(tf.concat(parts, 0), inverse)
+        return tf.gather(tf.concat(parts, 0), np.argsort(on_device + on_host))  # back to the tensors' order
 
 
 def for_device(device: str, jit: bool = False, choice: str = "auto") -> tuple[Fingerprinter, str]:
