@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,17 +30,7 @@ GRAPPLER_OFF: list[str] = []  # grappler passes turned off in every process (--g
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-
-def timed(fn, repeats: int, sync, warmup: int = 3) -> float:
-    """Median seconds of one call, after warm-up calls (first-call compilation stays out)."""
-    for _ in range(warmup):
-        sync(fn())
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        sync(fn())
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+from timing import timed  # noqa: E402 - benchmarks/, the script's folder, is on sys.path
 
 
 def sync_outputs(result) -> None:

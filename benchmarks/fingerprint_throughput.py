@@ -18,14 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from timing import timed  # noqa: E402 - benchmarks/, the script's folder, is on sys.path
 
 
 def tensor_sets(tf, total_bytes: int):
@@ -41,17 +41,6 @@ def tensor_sets(tf, total_bytes: int):
     mix = [total_bytes // 40] * 20 + [total_bytes // 400] * 150 + [4096] * 600 + [16] * 600
     small = [16384] * 2000
     return {"16 large": make(large), "transformer-like mix": make(mix), "2000 small (16 KB)": make(small)}
-
-
-def median_time(fn, repeats: int) -> float:
-    for _ in range(3):
-        fn().numpy()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn().numpy()  # a small result: copying it back waits for the device
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def main() -> None:
@@ -86,7 +75,8 @@ def main() -> None:
             for method, body in methods.items():
                 fn = tf.function(lambda body=body: body(tensors), jit_compile=method == "wsum-xla")
                 try:
-                    times[method] = median_time(fn, a.repeats)
+                    # A small result: copying it back waits for the device.
+                    times[method] = timed(fn, a.repeats, lambda r: r.numpy())
                 except Exception as exc:  # a method that does not run here is reported, not fatal
                     times[method] = float("nan")
                     print(f"{name} {method}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
