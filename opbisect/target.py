@@ -223,12 +223,8 @@ class FitPlan:
             if known and seen >= known:
                 iterator, seen = iter(self.dataset), 0
 
-    @property
-    def steps(self) -> int:
-        return sum(1 for _ in self.batches())
 
-
-def _fit_target(module, path: Path) -> tuple[Any, FitPlan, tuple]:
+def _fit_target(module, path: Path) -> tuple[Any, FitPlan, tuple, int]:
     import tensorflow as tf
 
     names = vars(module)
@@ -250,10 +246,12 @@ def _fit_target(module, path: Path) -> tuple[Any, FitPlan, tuple]:
         raise TargetError(f"{path}: fit_kwargs {sorted(unknown)} are not replayed by opbisect; remove them")
     plan = FitPlan(model=module.model, dataset=dataset, epochs=int(kwargs.get("epochs", 1)),
                    steps_per_epoch=kwargs.get("steps_per_epoch"), kwargs=kwargs)
-    first = next(iter(plan.batches()), None)
+    batches = plan.batches()  # one pass over the data: the first batch, and how many steps fit takes
+    first = next(batches, None)
     if first is None:
         raise TargetError(f"{path}: `dataset` yields no batch")
-    return _keras_step(module.model, first, path), plan, first
+    steps = 1 + sum(1 for _ in batches)
+    return _keras_step(module.model, first, path), plan, first, steps
 
 
 def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs") -> Target:
@@ -268,9 +266,9 @@ def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs"
         make_inputs = _inputs_factory(names[inputs_name], inputs_name, path)
         form = "step"
     elif "model" in names and "fit_kwargs" in names:
-        step, plan, first = _fit_target(module, path)
+        step, plan, first, steps = _fit_target(module, path)
         target = Target(path=path, step=step, make_inputs=lambda: first, variables=None, form="fit",
-                        module=module, make_batches=plan.batches, steps_available=plan.steps, fit=plan,
+                        module=module, make_batches=plan.batches, steps_available=steps, fit=plan,
                         dataset=plan.dataset)
         return _with_variables(target, names, path)
     elif "model" in names and "data" in names:
