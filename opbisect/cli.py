@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .errors import EXIT_USAGE, OpbisectError, TargetError
+from .settings import DEVICES, FINGERPRINTS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -20,12 +21,12 @@ def _parser() -> argparse.ArgumentParser:
                    "<script>.runs.json (default reports/)")
     t.add_argument("--step", dest="step_name", default="step", help="name of the step in the script")
     t.add_argument("--inputs", dest="inputs_name", default="inputs", help="name of the step's arguments")
-    t.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto",
+    t.add_argument("--device", choices=DEVICES, default="auto",
                    help="auto: the GPU when TensorFlow sees one")
     t.add_argument("--no-pin-grappler", dest="pin_grappler", action="store_false",
                    help="analyse under your grappler config instead of pinning constant folding and arithmetic "
                         "optimization off for the plain and the instrumented step")
-    t.add_argument("--fingerprint", choices=["auto", "farmhash", "wsum", "fused"], default="auto",
+    t.add_argument("--fingerprint", choices=FINGERPRINTS, default="auto",
                    help="auto: farmhash on CPU, the fused op on GPU, the weighted sum under XLA")
     t.add_argument("--steps", type=int, default=1, help="consecutive steps per run: find the first step whose "
                    "result differs, then the sources of each step from the identical state before it")

@@ -8,6 +8,8 @@ from pathlib import Path
 # Grappler passes whose decisions move when capture taps are added (measured: 1-ulp shifts of the final
 # weights until both were off for the plain and the instrumented step).
 PINNED_GRAPPLER = {"constant_folding": False, "arithmetic_optimization": False}
+DEVICES = ("auto", "cpu", "gpu")
+FINGERPRINTS = ("auto", "farmhash", "wsum", "fused")
 
 
 @dataclasses.dataclass
@@ -30,11 +32,11 @@ class TraceSettings:
 
         if self.runs < 2:
             raise UsageError(f"--runs must be at least 2 to compare runs (got {self.runs})")
-        if self.device not in ("auto", "cpu", "gpu"):
+        if self.device not in DEVICES:
             raise UsageError(f"--device must be auto, cpu or gpu (got {self.device!r})")
         if self.steps < 1:
             raise UsageError(f"--steps must be at least 1 (got {self.steps})")
         if self.processes < 1:
             raise UsageError(f"--processes must be at least 1 (got {self.processes})")
-        if self.fingerprint not in ("auto", "farmhash", "wsum", "fused"):
+        if self.fingerprint not in FINGERPRINTS:
             raise UsageError(f"--fingerprint must be auto, farmhash, wsum or fused (got {self.fingerprint!r})")
