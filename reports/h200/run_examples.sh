@@ -15,9 +15,7 @@ trace() {  # name script [args]
 }
 W=/tmp/opbisect_wrappers; mkdir -p $W
 determinism() {  # an example wrapped in enable_op_determinism, as $W/<name>_opdet.py
-  printf 'import runpy, sys\nimport tensorflow as tf\nsys.path.insert(0, "%s")\n%s\n%s\n' "$PWD/examples" \
-    "tf.config.experimental.enable_op_determinism()" "globals().update(runpy.run_path('$PWD/examples/$1.py'))" \
-    > "$W/${1}_opdet.py"
+  bash reports/h200/opdet_wrapper.sh "$1" "$W" "${1}_opdet"
 }
 for ex in embedding_sgd bert_like bert_like_determinism bert_like_fit scatter_segment_resize conv2d_net; do
   trace "$ex" "examples/$ex.py"

@@ -6,11 +6,10 @@
 set -u
 R=${OUT:-/tmp/out}/h200/observer; mkdir -p "$R"
 export OPBISECT_CACHE=${OPBISECT_CACHE:-/root/opbisect-cache} PYTHONUNBUFFERED=1
-W=${W:-/tmp/opbisect_wrappers}; mkdir -p "$W"
+W=${W:-/tmp/opbisect_wrappers}
 for remap in on off; do
-  printf 'import runpy\nimport tensorflow as tf\ntf.config.experimental.enable_op_determinism()\n%s\n%s\n' \
-    "$([ $remap = off ] && echo "tf.config.optimizer.set_experimental_options({'remapping': False})")" \
-    "globals().update(runpy.run_path('$PWD/examples/conv2d_net.py'))" > "$W/conv2d_net_opdet_remap_$remap.py"
+  extra=(); [ $remap = off ] && extra=("tf.config.optimizer.set_experimental_options({'remapping': False})")
+  bash reports/h200/opdet_wrapper.sh conv2d_net "$W" "conv2d_net_opdet_remap_$remap" "${extra[@]}"
   timeout 200 python3 -m opbisect trace "$W/conv2d_net_opdet_remap_$remap.py" --runs 3 --out "$R" --no-progress \
     > "$R/conv2d_net_opdet_remap_$remap.txt" 2>&1
   echo "remapper $remap: exit=$?"; grep "^instrumented step" "$R/conv2d_net_opdet_remap_$remap.txt"

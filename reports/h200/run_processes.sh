@@ -5,9 +5,8 @@
 set -u
 R=${OUT:-/tmp/out}/h200/processes; mkdir -p "$R"
 export OPBISECT_CACHE=${OPBISECT_CACHE:-/root/opbisect-cache} PYTHONUNBUFFERED=1
-W=${W:-/tmp/opbisect_wrappers}; mkdir -p "$W"
-printf 'import runpy\nimport tensorflow as tf\ntf.config.experimental.enable_op_determinism()\n%s\n' \
-  "globals().update(runpy.run_path('$PWD/examples/conv2d_net.py'))" > "$W/conv2d_net_opdet.py"
+W=${W:-/tmp/opbisect_wrappers}
+bash reports/h200/opdet_wrapper.sh conv2d_net "$W" conv2d_net_opdet
 for name in conv2d_net conv2d_net_opdet; do
   script=examples/$name.py; [ "$name" = conv2d_net_opdet ] && script=$W/$name.py
   start=$(date +%s)
