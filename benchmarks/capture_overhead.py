@@ -44,9 +44,9 @@ def sync_outputs(result) -> None:
 
 
 def setup(script: Path, device: str):
-    from opbisect.pipeline import setup_tensorflow
-    from opbisect.target import load_target
-    from opbisect.trace import trace_step
+    from opbisect.session import setup_tensorflow
+    from opbisect.targets.loader import load_target
+    from opbisect.trace.trace import trace_step
 
     tf, kind = setup_tensorflow(device)
     if GRAPPLER_OFF:  # for both the plain and the instrumented step: isolates what capture costs in fusions
@@ -57,8 +57,9 @@ def setup(script: Path, device: str):
 
 
 def measure_capture(script: Path, device: str, repeats: int, runs: int, choices: list[str]) -> dict:
-    from opbisect import capture, fingerprint
-    from opbisect.pipeline import run_trace
+    from opbisect.capture import fingerprint
+    from opbisect.capture import taps as capture
+    from opbisect.session import run_trace
     from opbisect.settings import TraceSettings
 
     tf, kind, target, args, trace = setup(script, device)
@@ -71,7 +72,7 @@ def measure_capture(script: Path, device: str, repeats: int, runs: int, choices:
         start = time.perf_counter()
         inst(args)  # the first call: tracing, grappler, and kernel compilation
         first = time.perf_counter() - start
-        seconds = timed(lambda: inst(args), repeats, sync_outputs)  # inst copies its digests to the host
+        seconds = timed(lambda inst=inst: inst(args), repeats, sync_outputs)  # inst copies its digests to the host
         variants[fp.key] = {"name": fp.name, "ms": seconds * 1e3, "ratio": seconds / plain, "first_call_s": first}
     # The re-imported step with no tap: what the GraphDef round trip costs, apart from fingerprinting.
     bare = capture.build(trace, [], fingerprint.for_device(kind, jit=bool(trace.jit_compile))[0])

@@ -51,8 +51,8 @@ def main() -> None:
     p.add_argument("--json", type=Path)
     a = p.parse_args()
 
-    from opbisect import fingerprint
-    from opbisect.pipeline import setup_tensorflow
+    from opbisect.capture import fingerprint
+    from opbisect.session import setup_tensorflow
 
     tf, kind = setup_tensorflow(a.device)
     fused = fingerprint.FusedFingerprinter(cuda=kind == "gpu")
@@ -73,7 +73,7 @@ def main() -> None:
                 methods["farmhash"] = lambda ts: fingerprint.FarmhashFingerprinter().many(list(ts))
             times = {}
             for method, body in methods.items():
-                fn = tf.function(lambda body=body: body(tensors), jit_compile=method == "wsum-xla")
+                fn = tf.function(lambda body=body, tensors=tensors: body(tensors), jit_compile=method == "wsum-xla")
                 try:
                     # A small result: copying it back waits for the device.
                     times[method] = timed(fn, a.repeats, lambda r: r.numpy())

@@ -7,7 +7,6 @@ gradients). Run: opbisect trace examples/bert_like.py
 
 import keras
 import tensorflow as tf
-
 from bert_model import batch, build_model
 
 keras.utils.set_random_seed(0)

@@ -5,7 +5,6 @@ Run: opbisect trace examples/bert_like_fit.py
 """
 
 import keras
-
 from bert_model import batch, build_model
 
 keras.utils.set_random_seed(0)

@@ -1,76 +1,77 @@
-"""Command line: parse and dispatch, nothing else. Exit codes: 0 clean, 1 found, 2 usage, 125 cannot test."""
+"""Command line: parse and dispatch, nothing else. Every way out maps to the exit contract in opbisect.errors,
+with one line on stderr; nothing unexpected ever exits 0 or 1 (those are verdicts)."""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import traceback
 from pathlib import Path
 
-from .errors import EXIT_USAGE, OpbisectError, TargetError
-from .settings import DEVICES, FINGERPRINTS
+from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, OpbisectError, TargetError, Terminated
+from .settings import TraceSettings
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse exits 2, which git bisect would read as "bad": usage is 128
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"opbisect: {message}\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="opbisect", description="Find the ops that make a TensorFlow training step "
-                                "nondeterministic.")
-    sub = p.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("trace", help="run a step N times from one restored state and name the source ops")
-    t.add_argument("script", type=Path, help="model_step.py: defines `step` and `inputs` (or `model` and `data`)")
-    t.add_argument("--runs", type=int, default=5, help="runs of each pass (default 5, at least 2)")
-    t.add_argument("--out", type=Path, default=Path("reports"), help="folder for <script>.csv and "
-                   "<script>.runs.json (default reports/)")
-    t.add_argument("--step", dest="step_name", default="step", help="name of the step in the script")
-    t.add_argument("--inputs", dest="inputs_name", default="inputs", help="name of the step's arguments")
-    t.add_argument("--device", choices=DEVICES, default="auto",
-                   help="auto: the GPU when TensorFlow sees one")
-    t.add_argument("--no-pin-grappler", dest="pin_grappler", action="store_false",
-                   help="analyse under your grappler config instead of pinning constant folding and arithmetic "
-                        "optimization off for the plain and the instrumented step")
-    t.add_argument("--fingerprint", choices=FINGERPRINTS, default="auto",
-                   help="auto: farmhash on CPU, the fused op on GPU, the weighted sum under XLA")
-    t.add_argument("--steps", type=int, default=1, help="consecutive steps per run: find the first step whose "
-                   "result differs, then the sources of each step from the identical state before it")
-    t.add_argument("--processes", type=int, default=1, help="repeat the experiment in this many fresh Python "
-                   "processes and compare them op by op (cuDNN autotuning, hash-seed-dependent tracing, "
-                   "unseeded initializers)")
-    t.add_argument("--magnitude-runs", type=int, default=0, help="runs of the magnitude pass (default: --runs)")
-    t.add_argument("--no-progress", dest="progress", action="store_false", help="no progress display")
-    r = sub.add_parser("report", help="re-make the CSV and summary from a saved <script>.runs.json")
-    r.add_argument("record", type=Path)
-    r.add_argument("--out", type=Path, default=None, help="folder for the CSV (default: beside the record)")
+    p = _Parser(prog="opbisect", description="Find the ops that make a TensorFlow training step nondeterministic. "
+                "Exit codes: 0 deterministic, 1 found, 125 cannot test this revision, 128 usage error, "
+                "129 report not written, 170 internal error.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    TraceSettings.add_arguments(sub.add_parser("trace", help="run a step N times from one restored state and "
+                                                              "name the source ops"))
+    r = sub.add_parser("report", help="re-make the report's views from a saved record, running nothing")
+    r.add_argument("record", type=Path, help="a report folder (reports/<script>) or its record.json")
+    r.add_argument("--out", type=Path, default=None, help="folder that receives the report folder (default: where "
+                                                          "the record's report folder is)")
+    r.add_argument("--html", action="store_true", help="also write report.html")
     return p
 
 
+def _terminate(signum, frame):
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)  # argparse exits 2 on usage errors, as git bisect's scripts expect
+    args = _parser().parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _terminate)  # cleanup runs as for Ctrl-C
     try:
-        if args.command == "trace":
-            from .pipeline import run_trace
-            from .settings import TraceSettings
-
-            options = {k: v for k, v in vars(args).items() if k != "command"}
-            return run_trace(TraceSettings(**options))
-        from .pipeline import rerun_report
-
-        if not args.record.exists():
-            print(f"opbisect: no such file: {args.record}", file=sys.stderr)
-            return EXIT_USAGE
-        try:
-            return rerun_report(args.record, args.out)
-        except (ValueError, KeyError) as exc:
-            print(f"opbisect: {args.record} is not an opbisect record ({exc})", file=sys.stderr)
-            return EXIT_USAGE
+        return _dispatch(args)
     except TargetError as exc:
         if exc.user_traceback:
             print(exc.user_traceback, file=sys.stderr, end="")
-        print(f"opbisect: {exc}", file=sys.stderr)
+        print(f"opbisect: cannot test: {exc}", file=sys.stderr)
         return exc.exit_code
     except OpbisectError as exc:
         print(f"opbisect: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("opbisect: interrupted", file=sys.stderr)
-        return 130
+        print("opbisect: interrupted (no report is left half-written)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Terminated:
+        print("opbisect: terminated (no report is left half-written)", file=sys.stderr)
+        return EXIT_TERMINATED
+    except Exception as exc:  # noqa: BLE001 - a bug in opbisect: never read as a verdict
+        traceback.print_exc(file=sys.stderr)
+        print(f"opbisect: internal error ({type(exc).__name__}: {exc}); this is an opbisect bug: please report it "
+              f"with the script and this traceback", file=sys.stderr)
+        return EXIT_INTERNAL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from . import session
+
+    if args.command == "trace":
+        return session.run_trace(TraceSettings.from_namespace(args))
+    return session.rerun_report(args.record, args.out, html=args.html)
 
 
 if __name__ == "__main__":

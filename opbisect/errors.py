@@ -1,23 +1,47 @@
-"""Named errors, each with the exit code a script can act on (git bisect's vocabulary)."""
+"""Named errors and the exit codes they map to: the contract `git bisect run` reads.
 
-EXIT_CLEAN = 0  # the step is deterministic
-EXIT_FOUND = 1  # nondeterminism found
-EXIT_USAGE = 2  # bad command line or bad input script
-EXIT_CANNOT_TEST = 125  # opbisect could not run the experiment
+  0    the step is deterministic (the uninstrumented step, your grappler configuration)
+  1    nondeterminism found
+  125  this revision cannot be tested: the script fails to load, trace or run; no TensorFlow; no GPU;
+       state that cannot be restored (git bisect skips the revision)
+  128  usage error: bad flags, an unreadable or invalid record, an --out that cannot hold the report
+       (git bisect aborts: a wrong command line must not mark revisions bad)
+  129  the report could not be written (disk full, permissions changed during the run)
+  130  interrupted (SIGINT); 143 terminated (SIGTERM)
+  170  internal error: a bug in opbisect (never 0, 1 or 125, so it is never read as a verdict)
+"""
+
+EXIT_CLEAN = 0
+EXIT_FOUND = 1
+EXIT_CANNOT_TEST = 125
+EXIT_USAGE = 128
+EXIT_WRITE = 129
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+EXIT_INTERNAL = 170
 
 
 class OpbisectError(Exception):
     """Base class: `str(err)` is the one-line message shown to the user."""
 
-    exit_code = EXIT_USAGE
+    exit_code = EXIT_INTERNAL
 
 
 class UsageError(OpbisectError):
-    """The command line or a file named on it is wrong."""
+    """The command line, or a file or folder named on it, is wrong."""
+
+    exit_code = EXIT_USAGE
+
+
+class RecordError(UsageError):
+    """A file given as a record is not a valid opbisect record."""
 
 
 class TargetError(OpbisectError):
-    """The user's script is wrong or raised: `user_traceback` holds its formatted traceback."""
+    """The user's script is wrong or raised: this revision cannot be tested. `user_traceback` holds its
+    formatted traceback."""
+
+    exit_code = EXIT_CANNOT_TEST
 
     def __init__(self, message: str, user_traceback: str = ""):
         super().__init__(message)
@@ -25,7 +49,8 @@ class TargetError(OpbisectError):
 
 
 class CannotTest(OpbisectError):
-    """Something outside the user's script stops the experiment (no GPU, state that cannot be restored)."""
+    """Something outside the user's script stops the experiment (no TensorFlow, no GPU, state that cannot be
+    restored)."""
 
     exit_code = EXIT_CANNOT_TEST
 
@@ -34,3 +59,19 @@ class GraphCheckError(OpbisectError):
     """`OpGraph.check()` found the traced graph unusable; the message says how to fix it."""
 
     exit_code = EXIT_CANNOT_TEST
+
+
+class InternalError(OpbisectError):
+    """opbisect itself failed where the user's step ran: a bug to report."""
+
+    exit_code = EXIT_INTERNAL
+
+
+class ReportWriteError(OpbisectError):
+    """The report could not be written; nothing was left half-written."""
+
+    exit_code = EXIT_WRITE
+
+
+class Terminated(BaseException):
+    """Raised from a SIGTERM handler so that cleanup runs as for Ctrl-C."""

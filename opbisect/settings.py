@@ -1,7 +1,13 @@
-"""One settings dataclass for a whole `opbisect trace` (as torch.fx's net_min_base does)."""
+"""The settings of one `opbisect trace`, each option defined once (as torch.fx's net_min_base keeps its settings).
+
+Each field carries its command-line flag, help and check in its metadata: the CLI's parser is generated from
+them (`add_arguments`), `validate()` reads the same checks, and a child process gets `to_argv()`, so an option
+cannot silently vanish on its way to the child of `--processes`.
+"""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from pathlib import Path
 
@@ -12,31 +18,83 @@ DEVICES = ("auto", "cpu", "gpu")
 FINGERPRINTS = ("auto", "farmhash", "wsum", "fused")
 
 
+def option(default, help: str, flag: str | None = None, choices: tuple | None = None, minimum: int | None = None,
+           positional: bool = False):
+    """A settings field with its command-line spelling. A bool's flag turns it to `not default`."""
+    return dataclasses.field(default=default, metadata={
+        "help": help, "flag": flag, "choices": choices, "minimum": minimum, "positional": positional})
+
+
 @dataclasses.dataclass
 class TraceSettings:
-    script: Path
-    runs: int = 5
-    out: Path = Path("reports")
-    step_name: str = "step"
-    inputs_name: str = "inputs"
-    device: str = "auto"  # auto | cpu | gpu
-    pin_grappler: bool = True
-    magnitude_runs: int = 0  # 0: as many as `runs`
-    progress: bool = True
-    fingerprint: str = "auto"  # auto | farmhash | wsum | fused
-    steps: int = 1  # consecutive steps per run (step bisection)
-    processes: int = 1  # fresh Python processes (cross-process runs)
+    script: Path = option(None, "model_step.py: defines `step` and `inputs` (or `model` and `data`)",
+                          positional=True)
+    runs: int = option(5, "runs of each pass (default 5, at least 2)", minimum=2)
+    out: Path = option(Path("reports"), "folder that receives the report folder <script>/ (default reports/)")
+    step_name: str = option("step", "name of the step in the script", flag="--step")
+    inputs_name: str = option("inputs", "name of the step's arguments", flag="--inputs")
+    device: str = option("auto", "auto: the GPU when TensorFlow sees one", choices=DEVICES)
+    pin_grappler: bool = option(True, "analyse under your grappler config instead of pinning constant folding "
+                                      "and arithmetic optimization off for the plain and the instrumented step",
+                                flag="--no-pin-grappler")
+    fingerprint: str = option("auto", "auto: farmhash on CPU, the fused op on GPU, the weighted sum under XLA",
+                              choices=FINGERPRINTS)
+    steps: int = option(1, "consecutive steps per run: find the first step whose result differs, then the "
+                           "sources of each step from the identical state before it", minimum=1)
+    processes: int = option(1, "repeat the experiment in this many fresh Python processes and compare them op by "
+                               "op (cuDNN autotuning, hash-seed-dependent tracing, unseeded initializers)",
+                            minimum=1)
+    magnitude_runs: int = option(0, "runs of the magnitude pass (default 0: as many as --runs)", minimum=0)
+    html: bool = option(False, "also write report.html, one self-contained page", flag="--html")
+    progress: bool = option(True, "no progress display", flag="--no-progress")
+
+    # -- the command line ------------------------------------------------------------------------------
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        for f in dataclasses.fields(cls):
+            m = f.metadata
+            if m["positional"]:
+                parser.add_argument(f.name, type=Path, help=m["help"])
+            elif f.type == "bool" or isinstance(f.default, bool):
+                parser.add_argument(_flag(f), dest=f.name, help=m["help"],
+                                    action="store_false" if f.default else "store_true")
+            else:
+                parser.add_argument(_flag(f), dest=f.name, type=type(f.default), default=f.default,
+                                    choices=m["choices"], help=m["help"],
+                                    metavar=None if m["choices"] else _flag(f).lstrip("-").upper().replace("-", "_"))
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> "TraceSettings":
+        return cls(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(cls)})
+
+    def to_argv(self) -> list[str]:
+        """The command-line arguments that give these settings (every option, so nothing is lost)."""
+        argv = []
+        for f in dataclasses.fields(self):
+            value, m = getattr(self, f.name), f.metadata
+            if m["positional"]:
+                argv.insert(0, str(value))
+            elif isinstance(f.default, bool):
+                if value != f.default:
+                    argv.append(_flag(f))
+            else:
+                argv += [_flag(f), str(value)]
+        return argv
 
     def validate(self) -> None:
         from .errors import UsageError
 
-        if self.runs < 2:
-            raise UsageError(f"--runs must be at least 2 to compare runs (got {self.runs})")
-        if self.device not in DEVICES:
-            raise UsageError(f"--device must be auto, cpu or gpu (got {self.device!r})")
-        if self.steps < 1:
-            raise UsageError(f"--steps must be at least 1 (got {self.steps})")
-        if self.processes < 1:
-            raise UsageError(f"--processes must be at least 1 (got {self.processes})")
-        if self.fingerprint not in FINGERPRINTS:
-            raise UsageError(f"--fingerprint must be auto, farmhash, wsum or fused (got {self.fingerprint!r})")
+        for f in dataclasses.fields(self):
+            value, m = getattr(self, f.name), f.metadata
+            if m["minimum"] is not None and value < m["minimum"]:
+                raise UsageError(f"{_flag(f)} must be at least {m['minimum']} (got {value})")
+            if m["choices"] and value not in m["choices"]:
+                raise UsageError(f"{_flag(f)} must be one of {', '.join(m['choices'])} (got {value!r})")
+
+    @property
+    def magnitude_passes(self) -> int:
+        return self.magnitude_runs or self.runs
+
+
+def _flag(f: dataclasses.Field) -> str:
+    return f.metadata["flag"] or "--" + f.name.replace("_", "-")

@@ -45,16 +45,16 @@ def write_script(folder: Path, name: str, body: str) -> Path:
 
 
 def trace(path: Path, out: Path, **settings) -> Traced:
-    from opbisect import report
-    from opbisect.pipeline import run_trace
+    from opbisect.record import store
+    from opbisect.session import run_trace
     from opbisect.settings import TraceSettings
 
     lines: list[str] = []
     settings.setdefault("runs", 4)
     code = run_trace(TraceSettings(script=path, out=out, progress=False, **settings), echo=lines.append)
-    csv_path, raw_path = report.paths(out, path.stem)
-    return Traced(code=code, csv=pd.read_csv(csv_path), lines=lines, record=report.load(raw_path),
-                  csv_path=csv_path)
+    folder = out / path.stem
+    return Traced(code=code, csv=pd.read_csv(folder / "sources.csv"), lines=lines, record=store.load(folder),
+                  csv_path=folder / "sources.csv")
 
 
 @pytest.fixture

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from conftest import EXAMPLES, cli, write_script
 from opbisect.cli import main
+
+from conftest import EXAMPLES, cli, write_script
 
 
 def run_main(capsys, *args) -> tuple[int, str, str]:
@@ -18,58 +19,61 @@ def run_main(capsys, *args) -> tuple[int, str, str]:
 def test_cli_subprocess_finds_the_sgd_scatter_and_writes_the_ranked_csv(tmp_path):
     done = cli("trace", str(EXAMPLES / "embedding_sgd.py"), "--runs", "6", "--out", str(tmp_path), "--no-progress")
     assert done.returncode == 1, done.stderr
-    csv = pd.read_csv(tmp_path / "embedding_sgd.csv")
+    csv = pd.read_csv(tmp_path / "embedding_sgd" / "sources.csv")
     assert list(csv["op_type"])[:1] == ["ResourceScatterSub"] and list(csv["rank"]) == list(range(1, len(csv) + 1))
     assert "sgd/ResourceScatterSub is the first bad op" in done.stdout
     # The saved runs re-make the same report without running anything.
-    again = cli("report", str(tmp_path / "embedding_sgd.runs.json"), "--out", str(tmp_path / "again"))
+    again = cli("report", str(tmp_path / "embedding_sgd"), "--out", str(tmp_path / "again"))
     assert again.returncode == 1, again.stderr
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again" / "embedding_sgd.csv"), csv)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again" / "embedding_sgd" / "sources.csv"), csv)
 
 
-def test_missing_file_is_a_one_line_usage_error(capsys, tmp_path):
+def test_missing_script_cannot_be_tested_at_this_revision(capsys, tmp_path):
     code, out, err = run_main(capsys, "trace", str(tmp_path / "nope.py"), "--out", str(tmp_path))
-    assert code == 2 and err.strip() == f"opbisect: no such file: {tmp_path / 'nope.py'}"
-    assert not list(tmp_path.glob("*.csv"))
+    assert code == 125 and err.strip() == f"opbisect: cannot test: no such file: {tmp_path / 'nope.py'}"
+    assert list(tmp_path.iterdir()) == []  # not even the staging folder is left
 
 
-def test_bad_arguments_exit_2(capsys, tmp_path):
+def test_bad_arguments_are_usage_errors_that_abort_git_bisect(capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["trace"])
-    assert exc.value.code == 2
+    assert exc.value.code == 128
+    capsys.readouterr()
     code, _, err = run_main(capsys, "trace", str(EXAMPLES / "bert_like.py"), "--runs", "1")
-    assert code == 2 and "--runs must be at least 2" in err
+    assert code == 128 and err.strip() == "opbisect: --runs must be at least 2 (got 1)"
+    code, _, err = run_main(capsys, "trace", str(EXAMPLES / "bert_like.py"), "--magnitude-runs", "-3")
+    assert code == 128 and err.strip() == "opbisect: --magnitude-runs must be at least 0 (got -3)"
 
 
 def test_syntax_error_shows_the_users_traceback_and_exits_2(capsys, tmp_path):
     path = write_script(tmp_path, "broken", "def step(:\n    pass\n")
     code, _, err = run_main(capsys, "trace", str(path), "--out", str(tmp_path))
-    assert code == 2
+    assert code == 125
     assert "broken.py" in err and "SyntaxError" in err and "has a syntax error (line 3)" in err
-    assert not list(tmp_path.glob("*.csv"))
+    assert list(tmp_path.iterdir()) == [path]  # no report, no staging folder
 
 
 def test_script_without_step_says_what_it_found(capsys, tmp_path):
     path = write_script(tmp_path, "nostep", "learning_rate = 0.1\ndef train():\n    pass\n")
     code, _, err = run_main(capsys, "trace", str(path), "--out", str(tmp_path))
-    assert code == 2
+    assert code == 125
     assert "defines no `step`" in err and "found: learning_rate, train" in err  # modules are not listed
 
 
 def test_step_without_inputs_and_inputs_of_the_wrong_type_are_named(capsys, tmp_path):
     path = write_script(tmp_path, "noinputs", "@tf.function\ndef step(x):\n    return x\n")
     code, _, err = run_main(capsys, "trace", str(path), "--out", str(tmp_path))
-    assert code == 2 and "defines `step` but no `inputs`" in err
+    assert code == 125 and "defines `step` but no `inputs`" in err
     path = write_script(tmp_path, "badinputs", "@tf.function\ndef step(x):\n    return x\ninputs = 3\n")
     code, _, err = run_main(capsys, "trace", str(path), "--out", str(tmp_path))
-    assert code == 2 and "`inputs` must be a tuple" in err and "got int" in err
+    assert code == 125 and "`inputs` must be a tuple" in err and "got int" in err
 
 
 def test_inputs_that_do_not_fit_the_step_show_the_trace_error(capsys, tmp_path):
     path = write_script(tmp_path, "arity", "@tf.function\ndef step(x, y):\n    return x + y\ninputs = (1.0,)\n")
     code, _, err = run_main(capsys, "trace", str(path), "--out", str(tmp_path))
-    assert code == 2 and "tracing `arity.py`'s step raised TypeError" in err
-    assert not list(tmp_path.glob("*.csv"))
+    assert code == 125 and "tracing `arity.py`'s step raised TypeError" in err
+    assert list(tmp_path.iterdir()) == [path]  # no report, no staging folder
 
 
 def test_a_step_that_raises_shows_the_users_traceback(capsys, tmp_path):
@@ -87,9 +91,9 @@ def test_a_step_that_raises_shows_the_users_traceback(capsys, tmp_path):
         inputs = (tf.ones([2]),)
         """)
     code, _, err = run_main(capsys, "trace", str(path), "--out", str(tmp_path))
-    assert code == 2
+    assert code == 125
     assert 'raise ValueError("the batch is empty")' in err and "ValueError" in err.splitlines()[-1]
-    assert not list(tmp_path.glob("*.csv"))
+    assert list(tmp_path.iterdir()) == [path]  # no report, no staging folder
 
 
 def test_a_step_that_fails_at_run_time_exits_2_without_a_report(capsys, tmp_path):
@@ -103,8 +107,8 @@ def test_a_step_that_fails_at_run_time_exits_2_without_a_report(capsys, tmp_path
         inputs = (tf.constant([-1.0]),)
         """)
     code, _, err = run_main(capsys, "trace", str(path), "--out", str(tmp_path))
-    assert code == 2 and "the step raised InvalidArgumentError" in err and "x must be positive" in err
-    assert not list(tmp_path.glob("*.csv")) and not list(tmp_path.glob("*.json"))
+    assert code == 125 and "the step raised InvalidArgumentError" in err and "x must be positive" in err
+    assert list(tmp_path.iterdir()) == [path]  # no report, no staging folder
 
 
 def test_nan_outputs_string_and_empty_tensors_get_a_correct_verdict(capsys, tmp_path):
@@ -128,11 +132,11 @@ def test_nan_outputs_string_and_empty_tensors_get_a_correct_verdict(capsys, tmp_
     assert "1 result: deterministic" in out and "string" in out  # string outputs are counted as skipped
     # A clean verdict says how hard it looked: a rare race can hide in 3 runs.
     assert "no source found: nothing differed in 3 runs" in out
-    assert pd.read_csv(tmp_path / "odd.csv").empty
+    assert pd.read_csv(tmp_path / "odd" / "sources.csv").empty
 
 
-def test_report_of_a_file_that_is_no_record_exits_2(capsys, tmp_path):
+def test_report_of_a_file_that_is_no_record_exits_128(capsys, tmp_path):
     bogus = tmp_path / "x.runs.json"
     bogus.write_text('{"version": 99}')
     code, _, err = run_main(capsys, "report", str(bogus))
-    assert code == 2 and "is not an opbisect record" in err
+    assert code == 128 and "is not an opbisect record" in err

@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 
-from opbisect.compare import compare
-from opbisect.ir import OpGraph
-from opbisect.magnitude import of_runs, of_source
-from opbisect.rank import COLUMNS, rank
+from opbisect.analysis.compare import compare
+from opbisect.analysis.magnitude import of_runs, of_source
+from opbisect.analysis.rank import rank
+from opbisect.ir.graph import OpGraph
+from opbisect.record.model import Source
 
 
 def chain(*ops: tuple[str, str, list[str]], writes: dict | None = None, reads: dict | None = None) -> OpGraph:
@@ -100,25 +100,32 @@ def test_magnitude_handles_sign_crossing_nan_ints_bools_and_empty():
     assert both.frac_elements_differing == 1 / 8 and both.elements == 8
 
 
+def _source(op_name, **fields) -> Source:
+    base = dict(rank=0, op_name=op_name, op_type="Op", kind="op", first_step=1, seen_across="runs",
+                runs_differing=1, runs=4, distinct_values=2, downstream_differing=0, affects_result=True,
+                max_abs_diff=None, max_ulp_diff=None, frac_elements_differing=None, source_location="",
+                known_remedy="", observer_effect=False)
+    return Source(**{**base, **fields})
+
+
 def test_ranking_rule_puts_result_reaching_then_earliest_then_widest_then_largest_first():
-    rows = pd.DataFrame([
-        dict(op_name="step_two", affects_result=True, downstream_differing=900, frac_elements_differing=1.0,
-             max_ulp_diff=1e9, position=0, first_step=2),
-        dict(op_name="late_big", affects_result=True, downstream_differing=50, frac_elements_differing=0.5,
-             max_ulp_diff=100.0, position=90, first_step=1),
-        dict(op_name="harmless", affects_result=False, downstream_differing=500, frac_elements_differing=1.0,
-             max_ulp_diff=1e6, position=1, first_step=1),
-        dict(op_name="early_small", affects_result=True, downstream_differing=50, frac_elements_differing=0.5,
-             max_ulp_diff=100.0, position=10, first_step=1),
-        dict(op_name="wide", affects_result=True, downstream_differing=80, frac_elements_differing=0.01,
-             max_ulp_diff=1.0, position=50, first_step=1),
-        dict(op_name="more_elements", affects_result=True, downstream_differing=50, frac_elements_differing=0.9,
-             max_ulp_diff=1.0, position=95, first_step=1),
-    ])
-    for col in COLUMNS:
-        if col not in rows and col != "rank":
-            rows[col] = ""
+    rows = [
+        _source("step_two", affects_result=True, downstream_differing=900, frac_elements_differing=1.0,
+                max_ulp_diff=1e9, position=0, first_step=2),
+        _source("late_big", affects_result=True, downstream_differing=50, frac_elements_differing=0.5,
+                max_ulp_diff=100.0, position=90),
+        _source("harmless", affects_result=False, downstream_differing=500, frac_elements_differing=1.0,
+                max_ulp_diff=1e6, position=1),
+        _source("early_small", affects_result=True, downstream_differing=50, frac_elements_differing=0.5,
+                max_ulp_diff=100.0, position=10),
+        _source("wide", affects_result=True, downstream_differing=80, frac_elements_differing=0.01,
+                max_ulp_diff=1.0, position=50),
+        _source("more_elements", affects_result=True, downstream_differing=50, frac_elements_differing=0.9,
+                max_ulp_diff=1.0, position=95),
+        _source("unmeasured", affects_result=True, downstream_differing=50, position=0),  # across processes
+    ]
     ranked = rank(rows)
-    assert list(ranked["op_name"]) == ["wide", "more_elements", "early_small", "late_big", "step_two", "harmless"]
-    assert list(ranked["rank"]) == [1, 2, 3, 4, 5, 6] and list(ranked.columns) == COLUMNS
-    assert list(rank(pd.DataFrame()).columns) == COLUMNS
+    assert [s.op_name for s in ranked] == ["wide", "more_elements", "early_small", "late_big", "unmeasured",
+                                           "step_two", "harmless"]
+    assert [s.rank for s in ranked] == [1, 2, 3, 4, 5, 6, 7]
+    assert rank([]) == []

@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import write_script
-from opbisect import capture, fingerprint
+from opbisect.capture import fingerprint
+from opbisect.capture import taps as capture
 from opbisect.errors import GraphCheckError
-from opbisect.ir import OpGraph
-from opbisect.target import load_target
-from opbisect.trace import pick_sites, trace_step
+from opbisect.ir.graph import OpGraph
+from opbisect.targets.loader import load_target
+from opbisect.trace.trace import pick_sites, trace_step
+
+from conftest import write_script
 
 NESTED = """
 v = tf.Variable(tf.zeros([3]), name="v")

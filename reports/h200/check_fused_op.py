@@ -7,8 +7,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.getcwd())
-from opbisect import fingerprint  # noqa: E402
-from opbisect.pipeline import setup_tensorflow  # noqa: E402
+from opbisect.capture import fingerprint  # noqa: E402
+from opbisect.session import setup_tensorflow  # noqa: E402
 
 tf, kind = setup_tensorflow("gpu")
 gpu = fingerprint.FusedFingerprinter(cuda=True)

@@ -14,14 +14,15 @@ magnitude pass of the sources only).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from ..ir.ids import TensorRef
+from ..trace.inline import parse_input
+from ..trace.trace import Trace
 from .fingerprint import Fingerprinter, tappable
-from .inline import parse_input
-from .ir import split_id
-from .trace import Trace
 
 PREFIX = "opbisect_capture"  # node names of capture nodes; the import scope is SCOPE
 SCOPE = "step"
@@ -62,7 +63,7 @@ def tappable_tensors(trace: Trace) -> tuple[list[str], dict[str, int]]:
                 taps.append(tid)
             else:
                 skipped[dtype] = skipped.get(dtype, 0) + 1
-        taps.extend(f"{op}:res{slot}" for slot, _ in graph.written(op))
+        taps.extend(graph.states(op))
     return taps, skipped
 
 
@@ -211,11 +212,11 @@ def instrumented_graph_def(trace: Trace, taps: list[str], fingerprinter: Fingerp
     states: dict[str, str] = {}
 
     def spec(tid: str) -> str:
-        op, port = split_id(tid)
-        if not port.startswith("res"):
+        ref = TensorRef.parse(tid)
+        if not ref.is_state:
             return tid
         if tid not in states:  # read the variable right after the write, before anything else touches it
-            slot = int(port[3:])
+            op, slot = ref.op, ref.port
             write = b.nodes[op]
             dtype = tf.as_dtype(graph.attrs(op)["res_dtypes"][str(slot)])
             name = f"{PREFIX}/state/{op}/res{slot}"
@@ -305,7 +306,7 @@ def make_value_fingerprinter(fingerprinter: Fingerprinter) -> Callable[[list], l
     fn = tf.function(lambda ts: fingerprinter.many(list(ts)), autograph=False, reduce_retracing=True)
 
     def values(tensors: list) -> list[int]:
-        tensors = [t for t in tensors if t.dtype not in (tf.string, tf.resource, tf.variant)]
+        tensors = [t for t in tensors if hasattr(t, "dtype") and t.dtype not in (tf.string, tf.resource, tf.variant)]
         return fn(tensors).numpy().tolist() if tensors else []
 
     return values

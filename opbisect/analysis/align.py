@@ -14,11 +14,11 @@ import collections
 import dataclasses
 import hashlib
 
-from .ir import OpGraph, split_id
+from ..ir import optypes
+from ..ir.graph import OpGraph
+from ..ir.ids import TensorRef, op_of
 
-COMMUTATIVE = frozenset({"AddN", "AddV2", "Add", "Mul", "Maximum", "Minimum", "AccumulateNV2", "LogicalAnd",
-                         "LogicalOr", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "SquaredDifference", "Equal",
-                         "NotEqual"})
+COMMUTATIVE = optypes.with_role(optypes.COMMUTATIVE)
 
 
 def _h(*parts) -> str:
@@ -38,9 +38,9 @@ def signatures(graph: OpGraph) -> Signatures:
     order = graph.topo_order()
     ordered, free = {}, {}
     for op in order:
-        inputs = [split_id(t) for t in graph.data_inputs(op)]
-        ins_o = [f"{ordered[src]}:{port}" for src, port in inputs]
-        ins_f = [f"{free[src]}:{port}" for src, port in inputs]
+        inputs = [TensorRef.parse(t) for t in graph.data_inputs(op)]
+        ins_o = [f"{ordered[ref.op]}:{ref.port}" for ref in inputs]
+        ins_f = [f"{free[ref.op]}:{ref.port}" for ref in inputs]
         if graph.op_type(op) in COMMUTATIVE:
             ins_f = sorted(ins_f)
         ordered[op] = _h(label[op], *ins_o)
@@ -51,7 +51,7 @@ def signatures(graph: OpGraph) -> Signatures:
         for _, consumer, d in graph.g.out_edges(op, data=True):
             if d["kind"] == "data":
                 slot = "" if graph.op_type(consumer) in COMMUTATIVE else d["slot"]
-                uses.append(f"{down[consumer]}:{slot}:{d['tensor'].rpartition(':')[2]}")
+                uses.append(f"{down[consumer]}:{slot}:{TensorRef.parse(d['tensor']).port}")
         down[op] = _h(label[op], *sorted(uses))
     return Signatures(ordered=ordered, free=free, down=down)
 
@@ -64,8 +64,8 @@ class Alignment:
     reordered: list[tuple[str, str]]  # (a, b): the same inputs in a different order, at this very op
 
     def tensor(self, tid: str) -> str | None:
-        op, port = split_id(tid)
-        return f"{self.pairs[op]}:{port}" if op in self.pairs else None
+        ref = TensorRef.parse(tid)
+        return str(TensorRef(self.pairs[ref.op], ref.port, ref.kind, ref.iteration)) if ref.op in self.pairs else None
 
 
 def align(a: OpGraph, b: OpGraph) -> Alignment:
@@ -89,8 +89,8 @@ def align(a: OpGraph, b: OpGraph) -> Alignment:
     for x, y in pairs.items():
         if sa.ordered[x] != sb.ordered[y] and a.op_type(x) in COMMUTATIVE:
             # the reorder happens here (not upstream) when every input already matches in order
-            ins_a = [sa.ordered[split_id(t)[0]] for t in a.data_inputs(x)]
-            ins_b = [sb.ordered[split_id(t)[0]] for t in b.data_inputs(y)]
+            ins_a = [sa.ordered[op_of(t)] for t in a.data_inputs(x)]
+            ins_b = [sb.ordered[op_of(t)] for t in b.data_inputs(y)]
             if sorted(ins_a) == sorted(ins_b) and ins_a != ins_b:
                 reordered.append((x, y))
     return Alignment(pairs=pairs, only_a=[op for op in a.topo_order() if op not in pairs],

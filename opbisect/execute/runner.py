@@ -10,89 +10,13 @@ Comparing `pinned` with `instrumented` tells whether capture changed what the st
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
-from .errors import CannotTest, TargetError
-from .settings import PINNED_GRAPPLER
-from .target import error_summary
-
-
-@dataclasses.dataclass
-class PlainRuns:
-    """Fingerprints of the step's flat outputs and of every variable after it, per run."""
-
-    outputs: list[list[int]] = dataclasses.field(default_factory=list)
-    after: list[dict[str, int]] = dataclasses.field(default_factory=list)
-
-    def distinct(self) -> int:
-        return len({(tuple(o), tuple(sorted(a.items()))) for o, a in zip(self.outputs, self.after)})
-
-    def deterministic(self) -> bool:
-        return self.distinct() <= 1
-
-    def varying_variables(self) -> list[str]:
-        keys = sorted(self.after[0]) if self.after else []
-        return [k for k in keys if len({a.get(k) for a in self.after}) > 1]
-
-
-@dataclasses.dataclass
-class Trajectory:
-    """Per run and per step: fingerprints of the step's arguments, its outputs, and every variable after it."""
-
-    batches: list[list[list[int]]] = dataclasses.field(default_factory=list)  # [run][step]
-    outputs: list[list[list[int]]] = dataclasses.field(default_factory=list)
-    after: list[list[dict[str, int]]] = dataclasses.field(default_factory=list)
-
-    @property
-    def steps(self) -> int:
-        return len(self.outputs[0]) if self.outputs else 0
-
-    def at(self, step: int) -> PlainRuns:
-        """The runs' results after `step` (1-based)."""
-        return PlainRuns(outputs=[run[step - 1] for run in self.outputs], after=[run[step - 1] for run in self.after])
-
-    def final(self) -> PlainRuns:
-        return self.at(self.steps)
-
-    def first_differing_step(self) -> int | None:
-        return next((k for k in range(1, self.steps + 1) if not self.at(k).deterministic()), None)
-
-    def differing_variables(self) -> list[int]:
-        """How many variables differ between runs after each step."""
-        return [len(self.at(k).varying_variables()) for k in range(1, self.steps + 1)]
-
-    def differing_batches(self) -> list[int]:
-        """Steps (1-based) whose arguments differ between runs (re-created iterators, or inputs())."""
-        return [k for k in range(1, self.steps + 1) if len({tuple(run[k - 1]) for run in self.batches}) > 1]
-
-
-@dataclasses.dataclass
-class InstrumentedRuns:
-    taps: list[str]
-    fps: list[list[int]] = dataclasses.field(default_factory=list)  # [run][tap]
-    before: list[dict[str, int]] = dataclasses.field(default_factory=list)
-    after: list[dict[str, int]] = dataclasses.field(default_factory=list)
-    outputs: list[list[int]] = dataclasses.field(default_factory=list)
-
-    def as_plain(self) -> PlainRuns:
-        return PlainRuns(outputs=self.outputs, after=self.after)
-
-
-@contextlib.contextmanager
-def grappler(options: dict | None):
-    """Run under these grappler options, then put the previous ones back (they apply per call)."""
-    import tensorflow as tf
-
-    if not options:
-        yield
-        return
-    previous = tf.config.optimizer.get_experimental_options()
-    tf.config.optimizer.set_experimental_options(options)
-    try:
-        yield
-    finally:
-        tf.config.optimizer.set_experimental_options({k: previous.get(k, True) for k in options})
+from ..errors import CannotTest, InternalError, TargetError
+from ..record.model import InstrumentedRuns, Trajectory
+from ..settings import PINNED_GRAPPLER
+from ..targets.loader import error_summary, user_traceback
+from ..tfcompat import grappler_options
 
 
 def pinned_options(pin: bool) -> dict | None:
@@ -168,7 +92,7 @@ class Runner:
         import tensorflow as tf
 
         result = Trajectory()
-        with grappler(options), self._task(label, runs * feeder.steps) as advance:
+        with grappler_options(options), self._task(label, runs * feeder.steps) as advance:
             for _ in range(runs):
                 self.restore(snapshot)
                 batches, outputs, after = [], [], []
@@ -219,7 +143,7 @@ class Runner:
                      label: str) -> tuple[InstrumentedRuns, list]:
         """Fingerprints per run, and the `full` tensors of every run (empty unless `inst.full`)."""
         result, full = InstrumentedRuns(taps=inst.taps), []
-        with grappler(options), self._task(label, runs) as advance:
+        with grappler_options(options), self._task(label, runs) as advance:
             for _ in range(runs):
                 result.before.append(self.restore(snapshot))
                 args = args_for_run()
@@ -228,8 +152,8 @@ class Runner:
                 except TargetError:
                     raise
                 except Exception as exc:
-                    raise CannotTest(f"the instrumented step failed where the plain step ran ({error_summary(exc)}); "
-                                     f"this is an opbisect bug: please report it") from None
+                    raise InternalError(f"the instrumented step failed where the plain step ran "
+                                        f"({error_summary(exc)})") from None
                 result.fps.append(fps.tolist())
                 result.outputs.append(self.output_fps(outs))
                 result.after.append(self.state_fps())
@@ -250,6 +174,4 @@ class Runner:
 
 
 def _step_error(exc: BaseException, target) -> TargetError:
-    from .target import user_traceback
-
     return TargetError(f"the step raised {error_summary(exc)}", user_traceback(exc, target.path))

@@ -84,7 +84,7 @@ class Fingerprinter:
 
         return tf.reshape(tf.bitcast(self.one(t), tf.uint8), [1, 8])
 
-    @functools.lru_cache(maxsize=None)  # noqa: B019 - fingerprinters are few and live for the process
+    @functools.cache  # noqa: B019 - fingerprinters are few and live for the process
     def template(self, dtype_name: str) -> Template:
         import tensorflow as tf
 

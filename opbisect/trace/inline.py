@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
+from .. import tfcompat
+from ..ir import optypes
 
 
 def parse_input(spec: str) -> tuple[str, int, bool]:
@@ -34,16 +35,6 @@ class Origin:
     name: str
 
 
-def find_function_graph(graph, fname: str):
-    """The FuncGraph of function `fname` as registered in `graph` or an enclosing graph, or None."""
-    while graph is not None:
-        fn = getattr(graph, "_functions", {}).get(fname)
-        if fn is not None:
-            return getattr(fn, "graph", None)
-        graph = getattr(graph, "outer_graph", None)
-    return None
-
-
 def inline_calls(graph_def, graph, max_depth: int = 32):
     """Return (flat GraphDef, {node name: Origin}) with every call op inlined, recursively.
 
@@ -54,7 +45,7 @@ def inline_calls(graph_def, graph, max_depth: int = 32):
 
     origins = {n.name: Origin(graph, n.name) for n in graph_def.node}
     for _ in range(max_depth):
-        calls = [n for n in graph_def.node if n.op in CALL_OPS]
+        calls = [n for n in graph_def.node if optypes.has(n.op, optypes.CALL)]
         if not calls:
             return graph_def, origins
         out = graph_pb2.GraphDef()
@@ -64,11 +55,11 @@ def inline_calls(graph_def, graph, max_depth: int = 32):
         taken = {n.name for n in graph_def.node}
         new_nodes, spliced = [], False
         for node in graph_def.node:
-            if node.op not in CALL_OPS:
+            if not optypes.has(node.op, optypes.CALL):
                 new_nodes.append(node)
                 continue
             fname = node.attr["f"].func.name
-            inner = find_function_graph(origins[node.name].graph, fname)
+            inner = tfcompat.function_graph(origins[node.name].graph, fname)
             if inner is None:  # a function we cannot see into (loaded from a SavedModel): leave it opaque
                 new_nodes.append(node)
                 continue

@@ -7,19 +7,11 @@ identical in every run.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 
-
-@dataclasses.dataclass
-class Magnitude:
-    max_abs_diff: float
-    max_ulp_diff: float
-    frac_elements_differing: float
-    elements: int
-
+from ..record.model import Magnitude
 
 _INT_OF = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
 

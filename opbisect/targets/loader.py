@@ -8,15 +8,18 @@ train step, traced with the model's own `jit_compile` setting, as `model.fit` wo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import linecache
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from .errors import TargetError, UsageError
+from .. import tfcompat
+from ..errors import TargetError, Terminated, UsageError
 
 
 @dataclasses.dataclass
@@ -86,22 +89,43 @@ def error_summary(exc: BaseException) -> str:
     return line if line.startswith(name + ":") else f"{name}: {line}"
 
 
+def _module_name(path: Path) -> str:
+    return "opbisect_target_" + "".join(c if c.isalnum() else "_" for c in Path(path).stem)
+
+
+@contextlib.contextmanager
+def importable(path: Path):
+    """While opbisect works on the script: its folder is on sys.path (it may import its neighbours) and its module
+    may sit in sys.modules (dataclasses, pickling and autograph look it up). Both are put back afterwards, so
+    nothing of one script is left behind for the next."""
+    name = _module_name(path)
+    saved_path, saved_module = list(sys.path), sys.modules.get(name)
+    sys.path.insert(0, str(Path(path).parent.resolve()))
+    try:
+        yield
+    finally:
+        sys.path[:] = saved_path
+        if saved_module is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = saved_module
+
+
 def load_module(path: Path):
-    if not path.exists():
-        raise UsageError(f"no such file: {path}")
-    if path.is_dir() or path.suffix != ".py":
+    if path.is_dir() or (path.suffix != ".py" and path.exists()):
         raise UsageError(f"expected a Python script (model_step.py), got {path}")
-    name = "opbisect_target_" + "".join(c if c.isalnum() else "_" for c in path.stem)
+    if not path.exists():  # at this revision: git bisect skips it
+        raise TargetError(f"no such file: {path}")
+    name = _module_name(path)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    sys.path.insert(0, str(path.parent.resolve()))  # let the script import its neighbours
+    sys.modules[name] = module  # taken back by importable()
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
         raise TargetError(f"{path} has a syntax error (line {exc.lineno})", user_traceback(exc, path)) from None
     except BaseException as exc:  # noqa: BLE001 - the user's own code raised: show it, whatever it was
-        if isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, (KeyboardInterrupt, Terminated)):
             raise
         raise TargetError(f"{path} raised {type(exc).__name__} while loading", user_traceback(exc, path)) from None
     return module
@@ -171,7 +195,7 @@ def _keras_step(model, batch: tuple, path: Path):
     try:
         # Build every variable (layers, optimizer slots, compiled metrics) before tracing, as fit does, so the
         # traced step creates none and the snapshot holds all of them.
-        model._symbolic_build(data_batch=batch)
+        tfcompat.build_keras_model(model, batch)
     except Exception as exc:
         raise TargetError(f"{path}: building `model` on `data` raised {type(exc).__name__}",
                           user_traceback(exc, path)) from None
@@ -188,7 +212,10 @@ def _keras_target(module, path: Path) -> tuple[Any, Callable[[], tuple]]:
     data = module.data
     if not isinstance(data, (tuple, list)) or len(data) not in (2, 3):
         raise TargetError(f"{path}: `data` must be one batch as an (x, y) or (x, y, sample_weight) tuple")
-    batch = tuple(tf.convert_to_tensor(d) for d in data)
+    try:
+        batch = tuple(tf.nest.map_structure(tf.convert_to_tensor, d) for d in data)  # x may be a dict or a list
+    except (ValueError, TypeError) as exc:
+        raise TargetError(f"{path}: `data` holds something that is not a tensor ({error_summary(exc)})") from None
     return _keras_step(module.model, batch, path), (lambda: batch)
 
 

@@ -13,13 +13,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import TargetError
+from .. import tfcompat
+from ..errors import TargetError
+from ..ir import optypes
+from ..ir.graph import OPAQUE_STATE, OpGraph
+from ..targets.loader import Target, error_summary, user_traceback
 from .inline import Origin, inline_calls
-from .ir import OPAQUE_STATE, RANDOM_OPS, OpGraph
-from .target import Target, error_summary, user_traceback
 
-_LIBRARY_DIRS = tuple(os.sep + d + os.sep for d in ("tensorflow", "keras", "opbisect", "site-packages", "dist-packages",
+_LIBRARY_DIRS = tuple(os.sep + d + os.sep for d in ("tensorflow", "keras", "site-packages", "dist-packages",
                                                      "tf_keras", "absl"))
+_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent) + os.sep  # opbisect's own code
 
 
 @dataclasses.dataclass
@@ -35,10 +38,7 @@ class Trace:
 
     def flat_args(self, args: tuple) -> list:
         """The user's arguments flattened the way the concrete function feeds its placeholders."""
-        from tensorflow.python.eager.polymorphic_function import function_type_utils
-
-        bound = function_type_utils.canonicalize_function_inputs(args, {}, self.concrete.function_type)
-        return list(self.concrete.function_type.unpack_inputs(bound))
+        return tfcompat.flat_call_args(self.concrete, args)
 
 
 def _site(origin: Origin | None) -> tuple[str, str]:
@@ -60,7 +60,7 @@ def pick_sites(frames, entry: str = "") -> tuple[str, str]:
     fmt = lambda f: f"{Path(f.filename).name}:{f.lineno} in {f.name}"  # noqa: E731
     ours = entry if Path(entry).name.startswith("opbisect") else None
     frames = [f for f in frames if not f.filename.startswith("<") and "__autograph_generated" not in f.filename
-              and ("opbisect" + os.sep not in f.filename or "examples" in f.filename) and f.filename != ours]
+              and not str(Path(f.filename).resolve()).startswith(_PACKAGE_DIR) and f.filename != ours]
     user = next((f for f in reversed(frames) if not any(d in f.filename for d in _LIBRARY_DIRS)), None)
     lib = next((f for f in reversed(frames) if "tensorflow" + os.sep not in f.filename), None)
     return (fmt(user) if user else ""), (fmt(lib) if lib else "")
@@ -110,7 +110,7 @@ def trace_step(target: Target, args: tuple) -> Trace:
 
     # Captured resources: map their placeholders to the variables behind them.
     captured_vars = {id(v.handle): v for v in fg.variables}
-    internal = list(fg.internal_captures)
+    internal = tfcompat.internal_captures(fg)
     external = list(cf.captured_inputs)
     keys = variable_keys(captured_vars.values())
     var_of_placeholder, variables = {}, {}
@@ -134,7 +134,7 @@ def trace_step(target: Target, args: tuple) -> Trace:
     for op in scratch.get_operations():
         user_site, lib_site = _site(origins.get(op.name))
         extra = {}
-        if op.type in RANDOM_OPS:
+        if optypes.has(op.type, optypes.RANDOM):
             extra = {k: int(op.get_attr(k)) for k in ("seed", "seed2") if k in op.node_def.attr}
         graph.add_op(op.name, type=op.type, stateful=bool(op.op_def.is_stateful),
                      outputs=[(t.dtype.name, str(t.shape)) for t in op.outputs],
@@ -164,4 +164,4 @@ def trace_step(target: Target, args: tuple) -> Trace:
                  capture_names=[t.op.name for t in internal],
                  output_names=[t.name for t in fg.outputs],
                  variables=variables,
-                 jit_compile=getattr(target.step, "_jit_compile", None))
+                 jit_compile=tfcompat.jit_compile(target.step))

@@ -1,66 +1,23 @@
-"""The op graph: a tiny IR over networkx, with one ID scheme for ops and tensors assigned once at trace time.
-
-- An op's id is its name in the flat (inlined) traced graph, e.g. `sgd/ResourceScatterSub`.
-- A tensor's id is `<op id>:<output index>`, TensorFlow's own spelling.
-- Writes have no outputs; the state of the variable at resource input `i` right after a write op is the
-  pseudo-tensor `<op id>:res<i>`, so it can be fingerprinted and compared like any output.
+"""The op graph: a tiny IR over networkx. Ops are nodes, keyed by their id (opbisect.ir.ids); edges are of kind
+'data' (key: the consumer's input slot), 'control' and 'resource' (from each write of a variable to the reads
+and writes after it).
 
 Node attributes hold what tracing saw (type, outputs, resources, creation site). Analysis results never go on
-the graph: they live in side tables keyed by these ids.
+the graph: they live in side tables keyed by ids.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from functools import cached_property
 
 import networkx as nx
 
-from .errors import GraphCheckError
+from ..errors import GraphCheckError
+from ..record.model import Finding
+from . import optypes
+from .ids import TensorRef, output_id, state_id
 
-# Ops that only read the variable behind their resource input. Any other stateful op taking a resource is
-# treated as a write (conservative: AssignAdd, scatters and RNG state updates read and write).
-READ_OPS = frozenset({
-    "ReadVariableOp", "ResourceGather", "ResourceGatherNd", "VariableShape", "VarIsInitializedOp",
-    "_ReadVariablesOp", "ReadVariableXlaSplitND",
-})
-# Ops whose outputs come from an input pipeline or the host, not from their data inputs.
-INPUT_OPS = frozenset({
-    "IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional", "OptionalGetValue",
-    "MultiDeviceIteratorGetNextFromShard", "InfeedDequeue", "InfeedDequeueTuple",
-})
-# Stateful random ops: a fresh draw on every execution, seeded or not.
-RANDOM_OPS = frozenset({
-    "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal", "RandomShuffle",
-    "RandomGamma", "RandomPoisson", "RandomPoissonV2", "Multinomial", "RandomCrop", "ParameterizedTruncatedNormal",
-    "RandomShuffleQueueV2", "SampleDistortedBoundingBox", "SampleDistortedBoundingBoxV2", "RandomIndexShuffle",
-    "ThreadUnsafeUnigramCandidateSampler", "UniformCandidateSampler", "LogUniformCandidateSampler",
-    "AllCandidateSampler", "LearnedUnigramCandidateSampler", "FixedUnigramCandidateSampler", "RandomDataset",
-})
-CONTROL_FLOW_OPS = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"})
 OPAQUE_STATE = "<opaque resource>"
-
-
-def tensor_id(op: str, index: int) -> str:
-    return f"{op}:{index}"
-
-
-def state_id(op: str, slot: int) -> str:
-    return f"{op}:res{slot}"
-
-
-def split_id(tid: str) -> tuple[str, str]:
-    """'a/b:3' -> ('a/b', '3'); 'a/b:res0' -> ('a/b', 'res0')."""
-    op, _, port = tid.rpartition(":")
-    return op, port
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-    """One thing `check()` says about a graph: `level` is 'error', 'warning' or 'note'."""
-
-    level: str
-    message: str
 
 
 class OpGraph:
@@ -76,7 +33,7 @@ class OpGraph:
         self.g.add_node(op_id, **attrs)
 
     def add_data_edge(self, src: str, out_index: int, dst: str, slot: int) -> None:
-        self.g.add_edge(src, dst, key=f"d{slot}", kind="data", tensor=tensor_id(src, out_index), slot=slot)
+        self.g.add_edge(src, dst, key=f"d{slot}", kind="data", tensor=output_id(src, out_index), slot=slot)
 
     def add_control_edge(self, src: str, dst: str) -> None:
         self.g.add_edge(src, dst, key="c", kind="control")
@@ -114,20 +71,28 @@ class OpGraph:
         return self.g.nodes[op]
 
     def outputs(self, op: str) -> list[str]:
-        return [tensor_id(op, i) for i in range(len(self.g.nodes[op]["outputs"]))]
+        return [output_id(op, i) for i in range(len(self.g.nodes[op]["outputs"]))]
+
+    def states(self, op: str) -> list[str]:
+        """The pseudo-tensors of the variables `op` writes, right after it."""
+        return [state_id(op, slot) for slot, _ in self.written(op)]
+
+    @staticmethod
+    def is_state(tid: str) -> bool:
+        return TensorRef.parse(tid).is_state
 
     def dtype(self, tid: str) -> str:
-        op, port = split_id(tid)
-        if port.startswith("res"):
-            return self.g.nodes[op].get("res_dtypes", {}).get(port[3:], "unknown")
-        return self.g.nodes[op]["outputs"][int(port)][0]
+        ref = TensorRef.parse(tid)
+        if ref.is_state:
+            return self.g.nodes[ref.op].get("res_dtypes", {}).get(str(ref.port), "unknown")
+        return self.g.nodes[ref.op]["outputs"][ref.port][0]
 
     def resources(self, op: str) -> list[tuple[int, str]]:
         return [tuple(r) for r in self.g.nodes[op]["resources"]]
 
     def is_write(self, op: str) -> bool:
         a = self.g.nodes[op]
-        return bool(a["resources"]) and a.get("stateful", False) and a["type"] not in READ_OPS
+        return bool(a["resources"]) and a.get("stateful", False) and not optypes.has(a["type"], optypes.READ)
 
     def written(self, op: str) -> list[tuple[int, str]]:
         """(slot, variable) pairs this op writes."""
@@ -169,13 +134,13 @@ class OpGraph:
                                   f"with the script")
         for op in self.g.nodes:
             for tid in self.data_inputs(op):
-                src, port = split_id(tid)
-                if int(port) >= len(self.g.nodes[src]["outputs"]):
-                    raise GraphCheckError(f"op {op} reads {tid}, which {src} does not produce; opbisect bug")
+                ref = TensorRef.parse(tid)
+                if ref.port >= len(self.g.nodes[ref.op]["outputs"]):
+                    raise GraphCheckError(f"op {op} reads {tid}, which {ref.op} does not produce; opbisect bug")
         opaque = {}
         for op in self.g.nodes:
             t = self.op_type(op)
-            if t in CONTROL_FLOW_OPS or t in ("PartitionedCall", "StatefulPartitionedCall"):
+            if optypes.has(t, optypes.CONTROL_FLOW) or optypes.has(t, optypes.CALL):
                 opaque[t] = opaque.get(t, 0) + 1
         if opaque:
             kinds = ", ".join(f"{n} {t}" for t, n in sorted(opaque.items()))
@@ -194,7 +159,7 @@ class OpGraph:
                                                            f"them: the program itself races; order them with "
                                                            f"tf.control_dependencies"))
         unrestorable = sorted({op for op in self.g.nodes if any(v == OPAQUE_STATE for _, v in self.resources(op))
-                               and self.attrs(op).get("stateful") and self.op_type(op) not in INPUT_OPS})
+                               and self.attrs(op).get("stateful") and not optypes.has(self.op_type(op), optypes.INPUT)})
         if unrestorable:
             shown = ", ".join(unrestorable[:5]) + (" ..." if len(unrestorable) > 5 else "")
             findings.append(Finding("warning", f"{len(unrestorable)} ops use state opbisect cannot restore between "

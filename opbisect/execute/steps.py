@@ -9,26 +9,17 @@ is the first step whose analysis names it.
 
 from __future__ import annotations
 
-import dataclasses
-
-from . import capture
-from .compare import compare
-from .magnitude import Magnitude, of_source
-from .run import Feeder, InstrumentedRuns, Runner
-from .state import Snapshot
-
-
-@dataclasses.dataclass
-class StepAnalysis:
-    step: int  # 1-based
-    instrumented: InstrumentedRuns
-    magnitudes: dict[str, Magnitude]
-    magnitude_runs: int
+from ..analysis.compare import Comparison, compare
+from ..analysis.magnitude import of_source
+from ..capture import taps as capture
+from ..record.model import StepAnalysis
+from .runner import Feeder, Runner
+from .snapshot import Snapshot
 
 
 def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: Snapshot, inst, fingerprinter,
                   runs: int, magnitude_runs: int, options, results: list[str],
-                  differing_batches: list[int] = ()) -> list[StepAnalysis]:
+                  differing_batches: list[int] = ()) -> list[tuple[StepAnalysis, Comparison]]:
     analyses, seen = [], set()
     runner.restore(start)
     reference = list(feeder.run())
@@ -55,8 +46,9 @@ def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: 
                                             magnitude_runs, options, "magnitudes of the sources")
             column = {t: [run[i] for run in arrays] for i, t in enumerate(full)}
             magnitudes = {s.op: of_source([column[t] for t in s.tensors]) for s in new}
-        analyses.append(StepAnalysis(step=k, instrumented=ins, magnitudes=magnitudes,
-                                     magnitude_runs=magnitude_runs if full else 0))
+        analyses.append((StepAnalysis(step=k, instrumented=ins, differing=comparison.differing,
+                                      magnitudes=magnitudes, magnitude_runs=magnitude_runs if full else 0),
+                         comparison))
         if k < len(reference):  # advance the reference trajectory by one plain step
             runner.restore(snapshot)
             runner.call(args)

@@ -15,11 +15,13 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-from .ir import INPUT_OPS, OPAQUE_STATE, RANDOM_OPS, READ_OPS, OpGraph, state_id
+from ..ir import optypes
+from ..ir.graph import OPAQUE_STATE, OpGraph
+from ..ir.ids import op_of, state_id
 
 
 @dataclasses.dataclass
-class Source:
+class SourceOp:
     op: str
     kind: str
     tensors: list[str]  # the differing outputs (or post-write states) of the op
@@ -33,7 +35,7 @@ class Source:
 class Comparison:
     differs: dict[str, bool]  # tensor id -> differs (tapped tensors; derived for untapped ones)
     initial_differs: dict[str, bool]  # variable key -> its value before the step differs between runs
-    sources: list[Source]
+    sources: list[SourceOp]
 
     @property
     def differing(self) -> list[str]:
@@ -64,7 +66,7 @@ def compare(graph: OpGraph, taps: list[str], fps: list[list[int]], before: list[
     def tensor_differs(tid: str) -> bool:
         # Untapped tensors (resources, strings, variants) differ when what produced them saw a difference.
         if tid not in differs:
-            op = tid.rpartition(":")[0]
+            op = op_of(tid)
             differs[tid] = any(tensor_differs(t) for t in graph.data_inputs(op)) or \
                 any(reads_differing_state(op, var) for _, var in graph.resources(op))
         return differs[tid]
@@ -92,9 +94,9 @@ def compare(graph: OpGraph, taps: list[str], fps: list[list[int]], before: list[
             continue
         kind = _kind(graph, op, varying, stale)
         values = [tuple(per_tap[t][r] for t in varying) for r in range(len(fps))]
-        sources.append(Source(op=op, kind=kind, tensors=varying, runs_differing=runs_off_mode(values),
+        sources.append(SourceOp(op=op, kind=kind, tensors=varying, runs_differing=runs_off_mode(values),
                               distinct_values=distinct(values), downstream_differing=0))
-    result_ops = {t.rpartition(":")[0]: t for t in results if differs.get(t, False)}
+    result_ops = {op_of(t) for t in results if differs.get(t, False)}
     for s in sources:
         after = graph.downstream(s.op)
         s.downstream_differing = sum(
@@ -106,14 +108,14 @@ def compare(graph: OpGraph, taps: list[str], fps: list[list[int]], before: list[
 
 def _kind(graph: OpGraph, op: str, varying: list[str], stale: list[str]) -> str:
     op_type = graph.op_type(op)
-    if op_type in INPUT_OPS or op_type == "Placeholder":
+    if optypes.has(op_type, optypes.INPUT):
         return "input"
-    if op_type in RANDOM_OPS:
+    if optypes.has(op_type, optypes.RANDOM):
         return "random"
     if stale or any(var == OPAQUE_STATE for _, var in graph.resources(op)):
         return "state"
-    if op_type in READ_OPS:
+    if optypes.has(op_type, optypes.READ):
         return "state"
-    if all(":res" in t for t in varying):
+    if all(graph.is_state(t) for t in varying):
         return "write"
     return "op"

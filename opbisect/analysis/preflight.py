@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import os
 
-from .ir import RANDOM_OPS, Finding
+from .. import tfcompat
+from ..ir import optypes
+from ..record.model import Finding
 
-_PARALLEL_DATASETS = {"ParallelMapDataset", "ParallelMapDatasetV2", "ParallelInterleaveDatasetV2",
-                      "ParallelInterleaveDatasetV3", "ParallelInterleaveDatasetV4", "ParallelBatchDataset",
-                      "MapAndBatchDataset", "ParallelFilterDataset"}
-_SHUFFLES = {"ShuffleDataset", "ShuffleDatasetV2", "ShuffleDatasetV3", "ShuffleAndRepeatDataset",
-             "ShuffleAndRepeatDatasetV2"}
-_STATEFUL_IN_FUNCTIONS = RANDOM_OPS | {"RandomUniformInt", "StatefulUniform", "StatefulStandardNormalV2",
-                                       "RngReadAndSkip", "PyFunc", "EagerPyFunc"}
+_STATEFUL_IN_FUNCTIONS = (optypes.with_role(optypes.RANDOM) | optypes.with_role(optypes.PYTHON)
+                          | optypes.with_role(optypes.RNG_STATE))
 
 
 def checks(trace, target) -> list[Finding]:
@@ -26,7 +23,7 @@ def checks(trace, target) -> list[Finding]:
 
 
 def unseeded_random_ops(graph) -> list[Finding]:
-    ops = [op for op in graph.ops if graph.op_type(op) in RANDOM_OPS
+    ops = [op for op in graph.ops if optypes.has(graph.op_type(op), optypes.RANDOM)
            and not graph.attrs(op).get("seed") and not graph.attrs(op).get("seed2")]
     if not ops:
         return []
@@ -38,10 +35,8 @@ def unseeded_random_ops(graph) -> list[Finding]:
 
 def dataset_findings(dataset) -> list[Finding]:
     """What in a tf.data pipeline makes its batches differ between runs or processes."""
-    from tensorflow.core.framework import graph_pb2
-
     try:
-        graph = graph_pb2.GraphDef.FromString(dataset._as_serialized_graph().numpy())  # noqa: SLF001
+        graph = tfcompat.dataset_graph_def(dataset)
     except Exception as exc:  # a pipeline that does not serialize (py_function inside): say so, do not guess
         return [Finding("note", f"the tf.data pipeline could not be inspected ({type(exc).__name__})")]
     consts = {n.name: n for n in graph.node if n.op == "Const"}
@@ -54,7 +49,7 @@ def dataset_findings(dataset) -> list[Finding]:
                                         "yield elements in the order they finish; remove the option (or set it "
                                         "True)"))
     for node in graph.node:
-        if node.op in _PARALLEL_DATASETS:
+        if optypes.has(node.op, optypes.PARALLEL_DATASET):
             if node.attr["deterministic"].s == b"false":
                 found.append(Finding("warning", f"input: {node.op} runs with deterministic=False: elements come "
                                                 f"in the order the parallel calls finish; pass deterministic=True"))
@@ -63,7 +58,7 @@ def dataset_findings(dataset) -> list[Finding]:
                 found.append(Finding("warning", f"input: {node.op} calls a function with stateful ops (random or "
                                                 f"Python) in parallel: which element gets which draw depends on "
                                                 f"timing; use stateless random ops (tf.random.stateless_*)"))
-        if node.op in _SHUFFLES:
+        if optypes.has(node.op, optypes.SHUFFLE_DATASET):
             seeds = [consts.get(s.split(":")[0].lstrip("^")) for s in node.input[2:4]]
             values = [n.attr["value"].tensor.int64_val[:1] for n in seeds if n is not None]
             if len(values) == 2 and all(list(v) == [0] for v in values):
@@ -79,7 +74,6 @@ def dataset_findings(dataset) -> list[Finding]:
 
 def environment_findings(graph) -> list[Finding]:
     import tensorflow as tf
-    from tensorflow.python.framework.config import is_op_determinism_enabled
 
     env = {k: os.environ[k] for k in ("TF_DETERMINISTIC_OPS", "TF_CUDNN_USE_AUTOTUNE", "TF_ENABLE_ONEDNN_OPTS",
                                       "PYTHONHASHSEED", "TF_CUDNN_DETERMINISTIC") if k in os.environ}
@@ -88,11 +82,11 @@ def environment_findings(graph) -> list[Finding]:
     gpu = bool(tf.config.list_logical_devices("GPU"))
     env.setdefault("PYTHONHASHSEED", "unset")
     described = ", ".join(f"{k}={v}" for k, v in env.items())
-    found = [Finding("note", f"environment: op determinism {'on' if is_op_determinism_enabled() else 'off'}; "
+    found = [Finding("note", f"environment: op determinism {'on' if tfcompat.op_determinism_enabled() else 'off'}; "
                              f"{described}; inter/intra-op threads {threads[0] or 'default'}/"
                              f"{threads[1] or 'default'}")]
-    convs = [op for op in graph.ops if graph.op_type(op).startswith(("Conv2D", "Conv3D", "DepthwiseConv2d"))]
-    if gpu and convs and not is_op_determinism_enabled() and env.get("TF_CUDNN_USE_AUTOTUNE", "1") not in ("0",
+    convs = [op for op in graph.ops if optypes.has(graph.op_type(op), optypes.CONVOLUTION)]
+    if gpu and convs and not tfcompat.op_determinism_enabled() and env.get("TF_CUDNN_USE_AUTOTUNE", "1") not in ("0",
                                                                                                         "false"):
         found.append(Finding("warning", f"cuDNN autotuning is on for {len(convs)} convolution op(s): each process "
                                         f"may pick other algorithms (runs in one process cannot see it: use "

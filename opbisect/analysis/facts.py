@@ -1,0 +1,94 @@
+"""Decisions, each made once here and stored in the record with its reason; views only read them.
+
+- The grappler choice: which configuration the instrumented step runs under (made during the run, from the
+  two plain passes).
+- The verdict, and so the exit code: it follows the uninstrumented step alone (under the user's own grappler
+  configuration, model.fit itself in the fit form, and across processes with --processes). A difference seen
+  only in the instrumented step is an observer effect, not a finding about the user's step.
+- The observer effect: what capture did to the step.
+- The fit replay check: whether opbisect's replay of fit's batches leaves the weights model.fit leaves.
+"""
+
+from __future__ import annotations
+
+from ..errors import EXIT_CLEAN, EXIT_FOUND
+from ..record.model import (
+    CrossProcess,
+    FitReplay,
+    GrapplerChoice,
+    InstrumentedRuns,
+    ObserverEffect,
+    Runs,
+    Trajectory,
+    Verdict,
+)
+
+
+def grappler_choice(default: Trajectory, pinned: Trajectory | None) -> GrapplerChoice:
+    if pinned is None:
+        return GrapplerChoice("default", "--no-pin-grappler: the instrumented step runs under your grappler config")
+    default_varies, pinned_varies = not _deterministic(default), not _deterministic(pinned)
+    if default_varies == pinned_varies:
+        return GrapplerChoice("pinned", "constant folding and arithmetic optimization are pinned off for the plain "
+                                        "and the instrumented step, so the taps cannot move their decisions")
+    if default_varies:
+        return GrapplerChoice("default", "pinning grappler's constant folding and arithmetic optimization hides the "
+                                         "nondeterminism: a grappler rewrite is involved; the analysis runs under "
+                                         "your config")
+    return GrapplerChoice("default", "pinning grappler's constant folding and arithmetic optimization makes a step "
+                                     "vary that does not vary under your config; the analysis runs under your "
+                                     "config, as the verdict does")
+
+
+def _deterministic(t: Trajectory) -> bool:
+    return t.first_differing_step() is None
+
+
+def verdict(default: Trajectory, fit: Trajectory | None, processes: CrossProcess | None) -> Verdict:
+    evidence = []
+    first = default.first_differing_step()
+    if first is not None:
+        runs = default.at(first)
+        where = f" after step {first}" if default.steps > 1 else ""
+        evidence.append(f"the uninstrumented step under your grappler config gave {runs.distinct()} distinct "
+                        f"results in {len(runs.outputs)} runs{where}")
+    batches = default.differing_batches()
+    if batches:
+        evidence.append(f"the batch of step {batches[0]} differs between runs")
+    if fit is not None and fit.first_differing_step() is not None:
+        evidence.append(f"model.fit itself differs between runs from step {fit.first_differing_step()}")
+    if processes is not None and processes.differs:
+        evidence.append(f"across {processes.processes} processes the results differ from step "
+                        f"{processes.first_differing_step}")
+    found = bool(evidence)
+    return Verdict(nondeterministic=found, exit_code=EXIT_FOUND if found else EXIT_CLEAN, evidence=evidence)
+
+
+def observer_effect(plain: Runs, instrumented: InstrumentedRuns) -> ObserverEffect:
+    """Compare the plain and the instrumented step 1 under one grappler configuration."""
+    inst = instrumented.as_runs()
+    plain_varies, inst_varies = not plain.deterministic(), not inst.deterministic()
+    if not plain_varies and not inst_varies:
+        same = plain.after[0] == inst.after[0] and plain.outputs[0] == inst.outputs[0]
+        effect = "none" if same else "changed_result"
+    elif plain_varies and not inst_varies:
+        effect = "hid"
+    elif inst_varies and not plain_varies:
+        effect = "created"
+    else:
+        effect = "same_variables" if set(plain.varying_variables()) == set(inst.varying_variables()) else "moved"
+    return ObserverEffect(effect=effect, plain_varies=plain_varies, instrumented_varies=inst_varies)
+
+
+def fit_replay(fit: Trajectory, replay: Trajectory, metric_variables: list[str]) -> FitReplay:
+    """Compare model.fit's weights with the replay's, step by step, while both are deterministic (after that,
+    run 1 of each is one draw among many). Metric variables are left out: fit resets them every epoch."""
+    metrics = set(metric_variables)
+    last = min(fit.steps, replay.steps, (fit.first_differing_step() or fit.steps + 1) - 1,
+               (replay.first_differing_step() or replay.steps + 1) - 1)
+
+    def weights(t: Trajectory, k: int) -> dict:
+        return {v: f for v, f in t.after[0][k - 1].items() if v not in metrics}
+
+    mismatch = next((k for k in range(1, last + 1) if weights(fit, k) != weights(replay, k)), None)
+    return FitReplay(checked_steps=last, mismatch_step=mismatch)

@@ -1,0 +1,1 @@
+"""The op graph IR: ids, the graph, the op-type table."""

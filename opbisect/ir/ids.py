@@ -1,0 +1,88 @@
+"""The one ID scheme for ops and tensors: `TensorRef` is its only parser and formatter.
+
+Spelling (what the CSV, the record and the terminal show):
+
+    op                      an op in the step's top-level (flat, inlined) graph: its name there
+    region::op              an op inside a loop or branch body; region e.g. `while/body`, `cond/then_branch`
+    op:3                    output 3 of op (TensorFlow's own spelling)
+    op:res0                 the state of the variable at op's resource input 0 right after op (a write)
+    region::op:0@7          output 0 of an op in a body, at iteration 7 of its loop
+
+TensorFlow op names never contain `::`, `@` or a colon, so the parts are unambiguous.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+OUTPUT = "output"
+STATE = "state"
+_REGION = "::"
+_STATE_PORT = "res"
+
+
+def op_id(name: str, region: str = "") -> str:
+    """The id of op `name` in `region` ("" for the top-level graph)."""
+    return f"{region}{_REGION}{name}" if region else name
+
+
+def split_op_id(op: str) -> tuple[str, str]:
+    """'while/body::add' -> ('while/body', 'add'); 'add' -> ('', 'add')."""
+    region, sep, name = op.rpartition(_REGION)
+    return (region, name) if sep else ("", op)
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class TensorRef:
+    """A tensor: output `port` of `op`, or (kind STATE) the variable at resource input `port` right after `op`."""
+
+    op: str  # the op's id (region included)
+    port: int
+    kind: str = OUTPUT
+    iteration: int | None = None
+
+    @classmethod
+    def output(cls, op: str, port: int, iteration: int | None = None) -> "TensorRef":
+        return cls(op, int(port), OUTPUT, iteration)
+
+    @classmethod
+    def state(cls, op: str, slot: int, iteration: int | None = None) -> "TensorRef":
+        return cls(op, int(slot), STATE, iteration)
+
+    @classmethod
+    def parse(cls, text: str) -> "TensorRef":
+        body, at, iteration = text.partition("@")
+        op, colon, port = body.rpartition(":")
+        if not colon or not op:
+            raise ValueError(f"not a tensor id: {text!r}")
+        kind = STATE if port.startswith(_STATE_PORT) else OUTPUT
+        digits = port[len(_STATE_PORT):] if kind == STATE else port
+        if not digits.isdigit() or (at and not iteration.isdigit()):
+            raise ValueError(f"not a tensor id: {text!r}")
+        return cls(op, int(digits), kind, int(iteration) if at else None)
+
+    @property
+    def is_state(self) -> bool:
+        return self.kind == STATE
+
+    @property
+    def region(self) -> str:
+        return split_op_id(self.op)[0]
+
+    def __str__(self) -> str:
+        port = f"{_STATE_PORT}{self.port}" if self.is_state else str(self.port)
+        at = "" if self.iteration is None else f"@{self.iteration}"
+        return f"{self.op}:{port}{at}"
+
+
+def output_id(op: str, port: int) -> str:
+    return str(TensorRef.output(op, port))
+
+
+def state_id(op: str, slot: int) -> str:
+    return str(TensorRef.state(op, slot))
+
+
+def op_of(tensor: str) -> str:
+    """The op id of a tensor id."""
+    return TensorRef.parse(tensor).op

@@ -1,0 +1,157 @@
+"""The one op-type table: what opbisect knows about each TensorFlow op type, keyed by type name.
+
+Every rule that depends on an op's type reads this table (as JAX's rule tables are keyed by primitive):
+- roles: READ (reads the variable behind its resource input, never writes it), RANDOM (a stateful random op:
+  a fresh draw every execution), INPUT (its outputs come from an input pipeline or the host), CONTROL_FLOW
+  (a loop or branch with body functions), CALL (a nested function call, inlined at trace time), COMMUTATIVE
+  (the order of its inputs does not matter mathematically, but may in floating point), CONVOLUTION (cuDNN picks
+  its algorithm), PYTHON (runs Python code), RNG_STATE (draws from a tf.random.Generator's state variable, which
+  is restored like any variable), and the tf.data roles PARALLEL_DATASET and SHUFFLE_DATASET;
+- remedy: one line on what to do when an op of this type is a source;
+- patch: the key of its deterministic replacement in the patch library (empty while there is none).
+A stateful op with a resource input that is not a READ is a write (conservative: scatters and RNG state
+updates read and write).
+
+Remedy sources: TensorFlow's enable_op_determinism docstring and release notes (2.7-2.9 added the
+deterministic GPU kernels), NVIDIA's framework-determinism notes, and what opbisect measured (README).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+READ, RANDOM, INPUT, CONTROL_FLOW, CALL = "read", "random", "input", "control_flow", "call"
+COMMUTATIVE, CONVOLUTION, PYTHON = "commutative", "convolution", "python"
+PARALLEL_DATASET, SHUFFLE_DATASET, RNG_STATE = "parallel_dataset", "shuffle_dataset", "rng_state"
+
+
+@dataclasses.dataclass(frozen=True)
+class OpType:
+    name: str
+    roles: frozenset = frozenset()
+    remedy: str = ""
+    patch: str = ""
+
+
+OPD = "tf.config.experimental.enable_op_determinism()"
+_SEGMENT = f"{OPD} switches to a deterministic (sorted) kernel on GPU (TF >= 2.7)"
+_SCATTER = (f"{OPD} makes it deterministic (GPU scatters then run a deterministic kernel, CPU scatters run "
+            f"serially); or sum duplicate indices first with tf.math.unsorted_segment_sum under op determinism")
+_WINNER = "duplicate indices make the winner race; deduplicate indices (tf.unique) first"
+_CUDNN = f"{OPD} picks deterministic cuDNN algorithms"
+
+_REMEDIES: dict[str, str] = {
+    "UnsortedSegmentSum": _SEGMENT + "; an embedding's gather gradient lands here",
+    **dict.fromkeys(["UnsortedSegmentProd", "UnsortedSegmentMax", "UnsortedSegmentMin", "SegmentSum", "SegmentProd",
+                     "SegmentMean", "SparseSegmentSum", "SparseSegmentMean", "SparseSegmentSqrtN"], _SEGMENT),
+    "SparseSoftmaxCrossEntropyWithLogits": f"{OPD} selects a deterministic GPU kernel (TF >= 2.9), forward and "
+                                           f"gradient",
+    "SoftmaxCrossEntropyWithLogits": f"{OPD} selects a deterministic GPU kernel (TF >= 2.9)",
+    "BiasAddGrad": f"{OPD} uses a deterministic reduction (TF >= 2.1 via TF_DETERMINISTIC_OPS)",
+    **dict.fromkeys(["ResourceScatterAdd", "ResourceScatterMul", "ResourceScatterDiv", "ResourceScatterNdAdd",
+                     "ResourceScatterNdSub", "ScatterNd", "TensorScatterAdd", "TensorScatterSub",
+                     "ResourceSparseApplyAdagrad", "ResourceSparseApplyAdagradV2"], _SCATTER),
+    "ResourceScatterSub": _SCATTER + "; Keras Embedding + SGD/Adagrad updates land here",
+    **dict.fromkeys(["ResourceScatterUpdate", "ResourceScatterNdUpdate", "TensorScatterUpdate"], _WINNER),
+    "ResizeBilinearGrad": f"{OPD} uses a deterministic GPU kernel (TF >= 2.8)",
+    "ResizeNearestNeighborGrad": f"no deterministic GPU kernel ({OPD} raises); use bilinear resize or "
+                                 f"tf.repeat-based upsampling",
+    "CropAndResizeGradImage": f"no deterministic GPU kernel ({OPD} raises); run it on CPU",
+    "CropAndResizeGradBoxes": f"no deterministic GPU kernel ({OPD} raises); run it on CPU",
+    "Conv2DBackpropFilter": f"{_CUDNN} without autotuning; differences that appear only across processes are "
+                            f"cuDNN autotuning",
+    "Conv2DBackpropInput": f"{_CUDNN} without autotuning",
+    "Conv3DBackpropFilterV2": _CUDNN,
+    "Conv3DBackpropInputV2": _CUDNN,
+    "DepthwiseConv2dNativeBackpropFilter": f"{OPD} (TF >= 2.10 with cuDNN >= 7.6)",
+    "FusedBatchNormGradV3": f"no deterministic GPU kernel for the offset gradient with training=False ({OPD} "
+                            f"raises); fine-tune with training=True or freeze the layer",
+    "MaxPoolGrad": f"{OPD} (deterministic cuDNN max-pool backprop)",
+    "Bincount": f"no deterministic GPU kernel with weights ({OPD} raises on GPU); on CPU, weights race too: "
+                f"use tf.math.unsorted_segment_sum(weights, values, size) under op determinism",
+    "DenseBincount": "weights race; use tf.math.unsorted_segment_sum(weights, values, size) under op determinism",
+    "AddN": "a large AddN rewritten by grappler accumulates in thread-finish order; sum in a fixed order "
+            "(tf.math.accumulate_n is no better) or pin grappler's arithmetic_optimization off",
+    "AccumulateNV2": "accumulates in thread-finish order; replace with a fixed-order sum",
+    "SparseTensorDenseMatMul": f"no deterministic GPU kernel ({OPD} raises); use a dense matmul",
+    "AdjustContrastv2": f"no deterministic GPU kernel ({OPD} raises)",
+    "CTCLossV2": OPD,
+    "PyFunc": "a tf.numpy_function/py_function: its Python code is nondeterministic (threads, unseeded RNG, "
+              "set/dict order); fix the Python function",
+    "EagerPyFunc": "a tf.py_function: its Python code is nondeterministic; fix the Python function",
+}
+
+_ROLES: dict[str, tuple[str, ...]] = {
+    READ: ("ReadVariableOp", "ResourceGather", "ResourceGatherNd", "VariableShape", "VarIsInitializedOp",
+           "_ReadVariablesOp", "ReadVariableXlaSplitND"),
+    INPUT: ("IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional", "OptionalGetValue",
+            "MultiDeviceIteratorGetNextFromShard", "InfeedDequeue", "InfeedDequeueTuple", "Placeholder"),
+    RANDOM: ("RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal", "RandomShuffle",
+             "RandomGamma", "RandomPoisson", "RandomPoissonV2", "Multinomial", "RandomCrop",
+             "ParameterizedTruncatedNormal", "RandomShuffleQueueV2", "SampleDistortedBoundingBox",
+             "SampleDistortedBoundingBoxV2", "RandomIndexShuffle", "ThreadUnsafeUnigramCandidateSampler",
+             "UniformCandidateSampler", "LogUniformCandidateSampler", "AllCandidateSampler",
+             "LearnedUnigramCandidateSampler", "FixedUnigramCandidateSampler", "RandomDataset"),
+    RNG_STATE: ("StatefulUniform", "StatefulUniformInt", "StatefulStandardNormalV2", "StatefulTruncatedNormal",
+                "RngReadAndSkip", "RngSkip"),
+    CONTROL_FLOW: ("While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"),
+    CALL: ("PartitionedCall", "StatefulPartitionedCall"),
+    COMMUTATIVE: ("AddN", "AddV2", "Add", "Mul", "Maximum", "Minimum", "AccumulateNV2", "LogicalAnd", "LogicalOr",
+                  "BitwiseAnd", "BitwiseOr", "BitwiseXor", "SquaredDifference", "Equal", "NotEqual"),
+    CONVOLUTION: ("Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "Conv3D", "Conv3DBackpropFilterV2",
+                  "Conv3DBackpropInputV2", "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropFilter",
+                  "DepthwiseConv2dNativeBackpropInput"),
+    PYTHON: ("PyFunc", "EagerPyFunc", "PyFuncStateless"),
+    PARALLEL_DATASET: ("ParallelMapDataset", "ParallelMapDatasetV2", "ParallelInterleaveDatasetV2",
+                       "ParallelInterleaveDatasetV3", "ParallelInterleaveDatasetV4", "ParallelBatchDataset",
+                       "MapAndBatchDataset", "ParallelFilterDataset"),
+    SHUFFLE_DATASET: ("ShuffleDataset", "ShuffleDatasetV2", "ShuffleDatasetV3", "ShuffleAndRepeatDataset",
+                      "ShuffleAndRepeatDatasetV2"),
+}
+
+
+def _build() -> dict[str, OpType]:
+    roles: dict[str, set] = {}
+    for role, names in _ROLES.items():
+        for name in names:
+            roles.setdefault(name, set()).add(role)
+    return {name: OpType(name, frozenset(roles.get(name, ())), _REMEDIES.get(name, ""))
+            for name in sorted(set(roles) | set(_REMEDIES))}
+
+
+TABLE: dict[str, OpType] = _build()
+_UNKNOWN = OpType("")
+
+
+def info(op_type: str) -> OpType:
+    return TABLE.get(op_type, _UNKNOWN)
+
+
+def has(op_type: str, role: str) -> bool:
+    return role in info(op_type).roles
+
+
+def with_role(role: str) -> frozenset:
+    return frozenset(name for name, t in TABLE.items() if role in t.roles)
+
+
+# Remedies by source kind, where the kind, not the op type, says what to do.
+KIND_REMEDIES: dict[str, str] = {
+    "random": "a stateful random op draws anew on every execution even with a seed: use tf.random.stateless_* "
+              "with an explicit seed, or a tf.random.Generator (or keras.random.SeedGenerator) restored with the "
+              "state",
+    "input": "the step's input differs between runs: make the input pipeline deterministic (tf.data "
+             "deterministic=True, seeded shuffles) or feed the same batch",
+    "state": "state read here differs before the step starts: restore it (list it in `variables`) or keep it in a "
+             "tf.Variable the step owns",
+    "order": "the same inputs are summed in another order in another process (iteration over a set or a dict of "
+             "strings while building the step: PYTHONHASHSEED): sum in a fixed order, e.g. sorted by name, or set "
+             "PYTHONHASHSEED",
+    "initial": "this variable starts with another value in another process: an unseeded initializer; call "
+               "keras.utils.set_random_seed(...) (or tf.random.set_seed) before creating it",
+}
+
+
+def remedy(op_type: str, kind: str) -> str:
+    """What to do about a source of this type and kind."""
+    return KIND_REMEDIES.get(kind) or info(op_type).remedy

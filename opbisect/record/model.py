@@ -1,0 +1,256 @@
+"""The record: every fact an `opbisect trace` measured and every decision it made, as plain dataclasses.
+
+This module imports nothing that executes a step (no TensorFlow): a saved record is re-rendered without the
+runner. Views (opbisect.report) only read a record; decisions (the verdict, the grappler choice, the observer
+effect) are made once, by opbisect.analysis.facts, and stored here with their reasons.
+
+Tensor and op ids are spelled by opbisect.ir.ids.TensorRef.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cached_property
+
+RECORD_VERSION = 3
+
+
+@dataclasses.dataclass
+class Finding:
+    """Something found before or beside the op comparison: `level` is 'error', 'warning' or 'note'."""
+
+    level: str
+    message: str
+
+
+@dataclasses.dataclass
+class Runs:
+    """Fingerprints of the step's flat outputs and of every variable after it, per run."""
+
+    outputs: list[list[int]] = dataclasses.field(default_factory=list)
+    after: list[dict[str, int]] = dataclasses.field(default_factory=list)
+
+    def distinct(self) -> int:
+        return len({(tuple(o), tuple(sorted(a.items()))) for o, a in zip(self.outputs, self.after)})
+
+    def deterministic(self) -> bool:
+        return self.distinct() <= 1
+
+    def varying_variables(self) -> list[str]:
+        keys = sorted(self.after[0]) if self.after else []
+        return [k for k in keys if len({a.get(k) for a in self.after}) > 1]
+
+
+@dataclasses.dataclass
+class Trajectory:
+    """Per run and per step: fingerprints of the step's arguments, its outputs, and every variable after it."""
+
+    batches: list[list[list[int]]] = dataclasses.field(default_factory=list)  # [run][step]
+    outputs: list[list[list[int]]] = dataclasses.field(default_factory=list)
+    after: list[list[dict[str, int]]] = dataclasses.field(default_factory=list)
+
+    @property
+    def runs(self) -> int:
+        return len(self.after)
+
+    @property
+    def steps(self) -> int:
+        return len(self.after[0]) if self.after else 0
+
+    def at(self, step: int) -> Runs:
+        """The runs' results after `step` (1-based)."""
+        return Runs(outputs=[run[step - 1] for run in self.outputs], after=[run[step - 1] for run in self.after])
+
+    def final(self) -> Runs:
+        return self.at(self.steps)
+
+    def first_differing_step(self) -> int | None:
+        return next((k for k in range(1, self.steps + 1) if not self.at(k).deterministic()), None)
+
+    def differing_variables(self) -> list[int]:
+        """How many variables differ between runs after each step."""
+        return [len(self.at(k).varying_variables()) for k in range(1, self.steps + 1)]
+
+    def differing_batches(self) -> list[int]:
+        """Steps (1-based) whose arguments differ between runs (re-created iterators, or inputs())."""
+        return [k for k in range(1, self.steps + 1) if len({tuple(run[k - 1]) for run in self.batches}) > 1]
+
+
+@dataclasses.dataclass
+class InstrumentedRuns:
+    taps: list[str]
+    fps: list[list[int]] = dataclasses.field(default_factory=list)  # [run][tap]
+    before: list[dict[str, int]] = dataclasses.field(default_factory=list)
+    after: list[dict[str, int]] = dataclasses.field(default_factory=list)
+    outputs: list[list[int]] = dataclasses.field(default_factory=list)
+
+    def as_runs(self) -> Runs:
+        return Runs(outputs=self.outputs, after=self.after)
+
+
+@dataclasses.dataclass
+class Magnitude:
+    max_abs_diff: float
+    max_ulp_diff: float
+    frac_elements_differing: float
+    elements: int
+
+
+@dataclasses.dataclass
+class StepAnalysis:
+    """The op-level analysis of one step, from the identical state before it."""
+
+    step: int  # 1-based
+    instrumented: InstrumentedRuns
+    differing: list[str]  # tensor ids whose fingerprint differs between runs
+    magnitudes: dict[str, Magnitude]  # op id of a new source -> its magnitude
+    magnitude_runs: int
+
+
+@dataclasses.dataclass
+class Source:
+    """One ranked source: a row of the CSV (fields with csv=False stay in the record only)."""
+
+    rank: int
+    op_name: str
+    op_type: str
+    kind: str
+    first_step: int
+    seen_across: str  # "runs" or "processes"
+    runs_differing: int
+    runs: int
+    distinct_values: int
+    downstream_differing: int
+    affects_result: bool
+    max_abs_diff: float | None
+    max_ulp_diff: float | None
+    frac_elements_differing: float | None
+    source_location: str
+    known_remedy: str
+    observer_effect: bool  # seen only in the instrumented step: not a finding about the user's step
+    position: int = dataclasses.field(default=0, metadata={"csv": False})  # in the graph's topological order
+    tensors: list[str] = dataclasses.field(default_factory=list, metadata={"csv": False})  # what differed
+
+
+CSV_COLUMNS = [f.name for f in dataclasses.fields(Source) if f.metadata.get("csv", True)]
+
+
+@dataclasses.dataclass
+class CrossProcess:
+    """The comparison of P fresh processes (--processes)."""
+
+    processes: int
+    hash_seeds: list[str]
+    first_differing_step: int | None  # the first step after which run 1 of the processes differ
+    pinned_first_differing_step: int | None  # the same with grappler pinned (None: agree, or not pinned)
+    differing_variables: list[int]  # per step: variables whose value differs between processes after it
+    compared_steps: int  # op-level comparison ran for steps 1..compared_steps
+    reordered: list[str]  # ops that sum the same inputs in another order in another process
+
+    @property
+    def differs(self) -> bool:
+        return self.first_differing_step is not None
+
+
+@dataclasses.dataclass
+class Verdict:
+    nondeterministic: bool
+    exit_code: int  # 0 or 1
+    evidence: list[str]  # what was seen, each a short clause: the reason for the verdict
+
+
+@dataclasses.dataclass
+class GrapplerChoice:
+    config: str  # "pinned" (constant folding and arithmetic optimization off) or "default" (the user's)
+    reason: str
+
+
+@dataclasses.dataclass
+class ObserverEffect:
+    """What capture did to the step: the plain and the instrumented step 1 under the analysis configuration."""
+
+    effect: str  # none | changed_result | hid | created | same_variables | moved
+    plain_varies: bool
+    instrumented_varies: bool
+
+
+@dataclasses.dataclass
+class FitReplay:
+    """Whether opbisect's step-by-step replay of model.fit's batches leaves the weights model.fit leaves."""
+
+    checked_steps: int  # 0: both differ from step 1, nothing to compare
+    mismatch_step: int | None
+
+
+@dataclasses.dataclass
+class Facts:
+    verdict: Verdict
+    grappler: GrapplerChoice
+    observer: ObserverEffect
+    fit_replay: FitReplay | None = None
+
+
+@dataclasses.dataclass
+class Meta:
+    script: str  # as given on the command line
+    script_path: str  # resolved: two scripts with one name never share a report folder
+    form: str  # step, keras or fit
+    runs: int
+    steps: int
+    fingerprinter: str
+    fingerprint: str
+    jit_compile: bool
+    ops: int
+    variables: int
+    restored_variables: int
+    seconds: float
+    tf_version: str
+    keras_version: str
+    python: str
+    device: str
+    cuda: str
+    cudnn: str
+    gpu_name: str
+    op_determinism: bool
+    metric_variables: list[str] = dataclasses.field(default_factory=list)
+    initial_state: dict[str, int] = dataclasses.field(default_factory=dict)  # as the script created it
+    processes: int = 1
+
+
+@dataclasses.dataclass
+class Record:
+    """Everything an `opbisect trace` measured and decided: the one data file between run and report."""
+
+    meta: Meta
+    graph: dict  # the op graph, networkx node-link data (opbisect.ir.graph.OpGraph.to_json)
+    findings: list[Finding]
+    skipped: dict[str, int]  # outputs not fingerprinted, per dtype
+    results: list[str]  # the tensors that make up the step's result
+    default: Trajectory  # the uninstrumented step, the user's grappler config: the verdict
+    pinned: Trajectory | None  # the uninstrumented step, grappler pinned (None with --no-pin-grappler)
+    fit: Trajectory | None  # model.fit itself, per batch (the fit form)
+    analyses: list[StepAnalysis]
+    sources: list[Source]  # ranked
+    facts: Facts
+    processes: CrossProcess | None = None
+    version: int = RECORD_VERSION
+
+    @cached_property
+    def op_graph(self):
+        from ..ir.graph import OpGraph
+
+        return OpGraph.from_json(self.graph)
+
+    @property
+    def runs(self) -> int:
+        return self.meta.runs
+
+    @property
+    def steps(self) -> int:
+        return self.default.steps
+
+    @property
+    def stem(self) -> str:
+        from pathlib import PurePath
+
+        return PurePath(self.meta.script).stem

@@ -1,0 +1,182 @@
+"""Store: a report is one folder, `<out>/<script stem>/`, written as one unit.
+
+The folder holds `record.json` (the record, the one data file) and the views made from it (`sources.csv`,
+`summary.txt`, `report.json`, and `report.html` when asked). It is assembled in a hidden staging folder beside
+it, created before the run starts (so an unusable --out fails at once, not after the run), and moved into place
+with signals blocked: a reader sees the old report or the new one, never a new record beside an old CSV. A
+report folder is never replaced by the report of another script with the same name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+
+from ..errors import RecordError, ReportWriteError, UsageError
+from .model import RECORD_VERSION, Record
+
+RECORD = "record.json"
+SUMMARY_JSON = "report.json"
+
+
+def to_json(record: Record) -> dict:
+    return dataclasses.asdict(record)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _record_file(path: Path) -> Path:
+    return path / RECORD if path.is_dir() else path
+
+
+def load(path: Path) -> Record:
+    """Read and validate a record (a report folder or its record.json); RecordError says what is wrong."""
+    path = Path(path)
+    try:
+        with open(_record_file(path), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise RecordError(f"no such record: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordError(f"cannot read {path}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
+    except RecursionError:
+        raise RecordError(f"{path} is not an opbisect record (nested too deeply)") from None
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{path} is not an opbisect record (not JSON: {exc.msg}, line {exc.lineno})") from None
+    return from_json(data, str(path))
+
+
+def from_json(data, where: str = "the record") -> Record:
+    import pydantic
+
+    if not isinstance(data, dict):
+        kind = {list: "an array", type(None): "null", str: "a string", bool: "a boolean"}.get(type(data), "a number")
+        raise RecordError(f"{where} is not an opbisect record (JSON {kind}, not an object)")
+    if data.get("version") != RECORD_VERSION:
+        raise RecordError(f"{where} is not an opbisect record of version {RECORD_VERSION} "
+                          f"(version {data.get('version')!r})")
+    try:
+        record = pydantic.TypeAdapter(Record).validate_python(data)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        at = ".".join(str(p) for p in first["loc"])
+        raise RecordError(f"{where} is not a valid opbisect record ({at}: {first['msg']})") from None
+    except RecursionError:
+        raise RecordError(f"{where} is not an opbisect record (nested too deeply)") from None
+    _check_consistent(record, where)
+    return record
+
+
+def _check_consistent(record: Record, where: str) -> None:
+    """What the types cannot say: the parts of a record that every view relies on."""
+    problems = []
+    if not record.analyses:
+        problems.append("no step analysis")
+    if record.default.runs < 2 or record.default.steps < 1:
+        problems.append("fewer than 2 runs of the plain step")
+    for a in record.analyses:
+        if any(len(run) != len(a.instrumented.taps) for run in a.instrumented.fps):
+            problems.append(f"step {a.step}: fingerprints do not match the taps")
+    if problems:
+        raise RecordError(f"{where} is not a usable opbisect record ({'; '.join(problems)})")
+
+
+def script_of(folder: Path) -> str | None:
+    """The resolved script path a report folder belongs to, or None if it holds no opbisect report."""
+    try:
+        with open(folder / SUMMARY_JSON, encoding="utf-8") as fh:
+            return json.load(fh)["script_path"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold SIGINT and SIGTERM while the report moves into place: they arrive after it."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+class ReportFolder:
+    """`<out>/<stem>/`, staged before the run and committed as one unit."""
+
+    def __init__(self, out: Path, stem: str, script_path: str | None = None):
+        self.out, self.stem, self.script_path = Path(out), stem, script_path
+        self.final = self.out / stem
+        self.staging: Path | None = None
+
+    def prepare(self) -> "ReportFolder":
+        """Check that the report can be written, before any run: UsageError if not."""
+        if self.out.exists() and not self.out.is_dir():
+            raise UsageError(f"--out {self.out} is a file, not a folder")
+        if self.final.exists() or self.final.is_symlink():
+            owner = script_of(self.final) if self.final.is_dir() else None
+            if owner is None:
+                raise UsageError(f"{self.final} exists and is not an opbisect report: remove it or pick another --out")
+            if self.script_path and owner != self.script_path:
+                raise UsageError(f"{self.final} holds the report of {owner}, not of {self.script_path}: pick "
+                                 f"another --out (scripts with one name share a report folder name)")
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            self.staging = Path(tempfile.mkdtemp(prefix=f".{self.stem}.", suffix=".partial", dir=self.out))
+            os.chmod(self.staging, 0o777 & ~_umask())
+        except OSError as exc:
+            raise UsageError(f"--out {self.out} cannot hold the report ({exc.strerror})") from None
+        return self
+
+    def write(self, name: str, content: str | bytes) -> None:
+        mode = "wb" if isinstance(content, bytes) else "w"
+        try:
+            with open(self.staging / name, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as fh:
+                fh.write(content)
+        except OSError as exc:
+            raise ReportWriteError(f"writing the report into {self.out} failed ({exc.strerror}); nothing was "
+                                   f"replaced") from None
+
+    def commit(self) -> Path:
+        old = self.out / f".{self.stem}.old-{os.getpid()}"
+        try:
+            with _signals_held():
+                if self.final.exists():
+                    os.rename(self.final, old)
+                os.rename(self.staging, self.final)
+        except OSError as exc:
+            raise ReportWriteError(f"moving the report into {self.final} failed ({exc.strerror})") from None
+        self.staging = None
+        shutil.rmtree(old, ignore_errors=True)
+        return self.final
+
+    def discard(self) -> None:
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
+            self.staging = None
+
+    def __enter__(self) -> "ReportFolder":
+        return self.prepare() if self.staging is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.discard()
+
+
+def json_number(value: float | None):
+    """NaN and infinities are not JSON: None and strings instead."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value

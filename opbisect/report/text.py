@@ -1,0 +1,157 @@
+"""The terminal view (and summary.txt): a short human summary, read off the record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..record.model import Record, Runs, Source
+
+FILENAME = "summary.txt"
+
+OBSERVER_LINES = {
+    "none": "capture did not change the step's result",
+    "changed_result": "capture changed the step's final result (grappler rewrote the instrumented graph "
+                      "differently); the sources below are those of the instrumented graph",
+    "hid": "capture hid the nondeterminism (observer effect: the taps changed how the step runs); confirm any fix "
+           "on the uninstrumented step",
+    "created": "capture created nondeterminism the plain step did not show (observer effect, or a race that did not "
+               "fire in the plain runs: try more --runs)",
+    "same_variables": "the plain and the instrumented step both vary, in the same variables",
+    "moved": "the plain and the instrumented step both vary, in different variables (capture moved the race)",
+}
+
+
+def verdict_line(runs: Runs, label: str) -> str:
+    n, d = len(runs.outputs), runs.distinct()
+    if d <= 1:
+        return f"{label}: {n} runs, 1 result: deterministic"
+    vary = runs.varying_variables()
+    shown = ", ".join(vary[:4]) + (" ..." if len(vary) > 4 else "")
+    return f"{label}: {n} runs, {d} distinct results: NONDETERMINISTIC ({len(vary)} variables differ: {shown})" \
+        if vary else f"{label}: {n} runs, {d} distinct results: NONDETERMINISTIC (outputs differ)"
+
+
+def fit_lines(record: Record) -> list[str]:
+    fit, replay = record.fit, record.facts.fit_replay
+    if fit is None or replay is None:
+        return []
+    first = fit.first_differing_step()
+    lines = [f"model.fit itself: {fit.runs} runs of {fit.steps} steps: "
+             + (f"step {first} is the first differing step; variables differing after each step: "
+                f"{', '.join(map(str, fit.differing_variables()))}" if first else "every run ends identically")]
+    if replay.checked_steps == 0:
+        return lines + ["note: the replay cannot be checked against model.fit: both differ from step 1"]
+    lines.append(f"opbisect's replay of fit's steps matches model.fit bit for bit through step {replay.checked_steps} "
+                 f"(metric variables aside)" if replay.mismatch_step is None else
+                 f"note: opbisect's replay of fit's steps leaves other weights than model.fit from step "
+                 f"{replay.mismatch_step} (fit's own tf.function, callbacks, or data order): the op analysis is of "
+                 f"the replay")
+    return lines
+
+
+def step_lines(record: Record) -> list[str]:
+    t = record.default
+    if t.steps <= 1:
+        return []
+    first = t.first_differing_step()
+    growth = ", ".join(str(n) for n in t.differing_variables())
+    lines = [f"steps: {t.steps} per run; " + (f"step {first} is the first differing step" if first else
+                                               "no step differs") + f"; variables differing after each step: {growth}"]
+    batches = t.differing_batches()
+    if batches:
+        lines.append(f"input: the batch of step {batches[0]} differs between runs (re-created iterators give "
+                     f"different data{': steps ' + ', '.join(map(str, batches[:8])) if len(batches) > 1 else ''}); "
+                     f"make the pipeline deterministic (tf.data deterministic=True, seeded shuffles)")
+    return lines
+
+
+def process_lines(record: Record) -> list[str]:
+    p = record.processes
+    if p is None:
+        return []
+    head = f"across {p.processes} processes (PYTHONHASHSEED {', '.join(p.hash_seeds)}): "
+    if not p.differs:
+        hidden = [] if p.pinned_first_differing_step is None else [
+            f"note: with grappler pinned the processes differ from step {p.pinned_first_differing_step}: under "
+            f"your config a grappler rewrite makes them agree, so a change of grappler's decisions would show it"]
+        return [head + "the first run of every process ends identically"] + hidden
+    k = p.first_differing_step
+    total = len(record.default.after[0][0])
+    return [head + f"{p.differing_variables[k - 1]} of {total} variables differ after step {k}"
+            + (f" (the first differing step; compared op by op through step {p.compared_steps})"
+               if record.steps > 1 else "")]
+
+
+def source_lines(record: Record, s: Source) -> list[str]:
+    where = f"step {s.first_step}, " if record.steps > 1 else ""
+    across = s.seen_across == "processes"
+    magnitude = "" if s.max_abs_diff is None else (f"; max |diff| {s.max_abs_diff:.3g}, {s.max_ulp_diff:.3g} ulp, "
+                                                   f"{100 * s.frac_elements_differing:.3g}% of elements")
+    lines = [f"  #{s.rank} {s.op_name} ({s.op_type}) kind={s.kind}{' across processes' if across else ''}: {where}"
+             f"{s.distinct_values} distinct values in {s.runs} {'processes' if across else 'runs'} "
+             f"({s.runs_differing} off the common one), {s.downstream_differing} differing ops after it"
+             f"{'' if s.affects_result else ', does not reach the result'}{magnitude}"]
+    if s.source_location:
+        lines.append(f"     at {s.source_location}")
+    if s.known_remedy:
+        lines.append(f"     remedy: {s.known_remedy}")
+    return lines
+
+
+def lines(record: Record, folder: Path | None = None) -> list[str]:
+    m, f = record.meta, record.facts
+    out = [f"opbisect: {m.script} ({m.form} form), {record.runs} runs on {m.device} "
+           f"(TF {m.tf_version}, {m.fingerprinter})"]
+    out.append(verdict_line(record.default.final(), "uninstrumented step, your grappler config"))
+    if record.pinned:
+        out.append(verdict_line(record.pinned.final(), "uninstrumented step, grappler pinned"))
+    if f.grappler.config == "default" and record.pinned:
+        out.append(f"note: {f.grappler.reason}")
+    out += fit_lines(record) + step_lines(record)
+    first = record.analyses[0]
+    skipped = ", ".join(f"{k} {v}" for k, v in sorted(record.skipped.items()))
+    differing = sum(len(a.differing) for a in record.analyses)
+    out.append(f"instrumented step ({f.grappler.config} grappler): {len(first.instrumented.taps)} tensors tapped"
+               f"{f' ({skipped} skipped)' if skipped else ''}, {len(first.differing)} differ"
+               f"{f' ({differing} over all {len(record.analyses)} steps)' if len(record.analyses) > 1 else ''}; "
+               f"{OBSERVER_LINES[f.observer.effect]}")
+    out += [f"{x.level}: {x.message}" for x in record.findings]
+    out += process_lines(record)
+    out += sources_lines(record)
+    out += _verdict(record)
+    if folder is not None:
+        out.append(f"report: {folder}")
+    return out
+
+
+def sources_lines(record: Record) -> list[str]:
+    if not record.sources:
+        if record.facts.verdict.nondeterministic:
+            return ["no source found although the step varies: see the notes above"]
+        return [f"no source found: nothing differed in {record.runs} runs; a race that fires more rarely can hide "
+                f"(more --runs look harder)"]
+    out = [f"{len(record.sources)} source(s), ranked (what to fix first):"]
+    for s in record.sources:
+        out += source_lines(record, s)
+    return out
+
+
+def _verdict(record: Record) -> list[str]:
+    v = record.facts.verdict
+    if not v.nondeterministic:
+        if any(s.observer_effect for s in record.sources):
+            return ["verdict: deterministic, exit 0 (the sources above changed the result only in the instrumented "
+                    "step: an observer effect, not a finding about your step)"]
+        harmless = " (the sources above vary but do not reach the step's result)" if record.sources else ""
+        return [f"verdict: deterministic, exit 0{harmless}"]
+    top = record.sources[0] if record.sources else None
+    first_bad = [f"{top.op_name} is the first bad op" + (f" (step {top.first_step})" if record.steps > 1 else "")
+                 ] if top else []
+    return first_bad + [f"verdict: nondeterministic, exit 1: {'; '.join(v.evidence)}"]
+
+
+class TextReporter:
+    filename = FILENAME
+
+    def render(self, record: Record) -> str:
+        return "\n".join(lines(record)) + "\n"

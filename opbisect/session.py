@@ -1,0 +1,234 @@
+"""Orchestration only: settings -> (load, trace, check, run, compare, measure, rank) -> Record -> report folder.
+
+Each stage is its own module and decides what it can; this one wires them and stores their decisions:
+
+    run_trace(settings)
+      ReportFolder.prepare()          record/store.py    (an unusable --out fails before any run)
+      experiment(settings)                               (or across_processes(settings): P children)
+        load_target                   targets/loader.py
+        trace_step, check, preflight  trace/, ir/graph.py, analysis/preflight.py
+        Runner.plain / .fit           execute/runner.py  (the verdict's evidence)
+        facts.grappler_choice         analysis/facts.py
+        analyse_steps                 execute/steps.py   (capture/taps.py, analysis/compare.py, magnitude.py)
+        sources, rank, facts          analysis/
+      report.write(record, folder)    report/            (one Reporter per view)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import report, tfcompat
+from .analysis import facts, preflight
+from .analysis.rank import rank
+from .analysis.sources import in_process_rows
+from .errors import CannotTest, TargetError
+from .ir.ids import state_id
+from .record import store
+from .record.model import Facts, Finding, Meta, Record
+from .settings import TraceSettings
+
+
+def setup_tensorflow(device: str):
+    """Import TensorFlow and pick the device kind ('cpu' or 'gpu') before any op runs."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        import tensorflow as tf
+    except ImportError as exc:
+        raise CannotTest(f"TensorFlow is not importable here ({exc}); pip install tensorflow") from None
+    gpus = tf.config.list_physical_devices("GPU")
+    if device == "gpu" and not gpus:
+        raise CannotTest("--device gpu, but TensorFlow sees no GPU")
+    if device == "cpu" and gpus:
+        tf.config.set_visible_devices([], "GPU")
+    return tf, ("gpu" if gpus and device != "cpu" else "cpu")
+
+
+def environment(tf, kind: str) -> dict:
+    build = tf.sysconfig.get_build_info()
+    info = {"tf_version": tf.__version__, "python": platform.python_version(), "device": kind.upper(),
+            "cuda": build.get("cuda_version", ""), "cudnn": build.get("cudnn_version", ""), "gpu_name": "",
+            "keras_version": ""}
+    with contextlib.suppress(Exception):
+        import keras
+
+        info["keras_version"] = keras.__version__
+    if kind == "gpu":
+        details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
+        info["gpu_name"] = details.get("device_name", "")
+        info["device"] = f"GPU ({info['gpu_name']})"
+    info["op_determinism"] = tfcompat.op_determinism_enabled()
+    return info
+
+
+def result_tensors(trace) -> list[str]:
+    """The tensors that make up the step's result: its outputs and each variable's last write."""
+    graph = trace.graph
+    last = {}
+    for op in graph.topo_order():
+        for slot, var in graph.written(op):
+            last[var] = state_id(op, slot)
+    return list(trace.output_names) + sorted(last.values())
+
+
+def progress_display(enabled: bool):
+    if not enabled:
+        return contextlib.nullcontext(None)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=True)
+
+
+def run_trace(settings: TraceSettings, echo=print) -> int:
+    """`opbisect trace`: the exit code is the verdict on the uninstrumented step (0 or 1)."""
+    settings.validate()
+    folder = store.ReportFolder(settings.out, settings.script.stem, str(settings.script.resolve()))
+    with folder.prepare():
+        record = across_processes(settings) if settings.processes > 1 else experiment(settings)
+        written = report.write(record, folder, html=settings.html)
+    for line in report.text.lines(record, written):
+        echo(line)
+    return record.facts.verdict.exit_code
+
+
+def experiment(settings: TraceSettings) -> Record:
+    """The whole in-process experiment, as a record."""
+    from .targets.loader import importable
+
+    started = time.time()
+    with importable(settings.script):
+        return _experiment(settings, started)
+
+
+def _experiment(settings: TraceSettings, started: float) -> Record:
+    from .capture import fingerprint
+    from .capture import taps as capture
+    from .execute.runner import Feeder, Runner, pinned_options
+    from .execute.snapshot import Snapshot
+    from .execute.steps import analyse_steps
+    from .targets.loader import load_target
+    from .trace.trace import trace_step
+
+    tf, kind = setup_tensorflow(settings.device)
+    target = load_target(settings.script, settings.step_name, settings.inputs_name)
+    trace = trace_step(target, target.make_inputs())
+    findings = trace.graph.check() + preflight.checks(trace, target)
+    fp, fp_note = fingerprint.for_device(kind, jit=bool(trace.jit_compile), choice=settings.fingerprint)
+    if fp_note:
+        findings.append(Finding("note", f"fingerprint: {fp.name}, because {fp_note}"))
+
+    state_fps = capture.make_state_fingerprinter(trace.variables, fp)
+    initial_state = state_fps()  # as the script created it: compared across processes
+    restored = _restored_variables(trace, target)
+    start = Snapshot(restored)
+    taps, skipped = capture.tappable_tensors(trace)
+    tapped = set(taps)
+    results = [t for t in result_tensors(trace) if t in tapped]
+    pinned = pinned_options(settings.pin_grappler)
+    steps = settings.steps
+    if target.form == "fit" and steps == 1:
+        steps = target.steps_available  # every step of the fit, unless --steps says fewer
+    feeder = Feeder(target, steps)
+
+    with progress_display(settings.progress) as progress:
+        runner = Runner(trace, target, state_fps, capture.make_value_fingerprinter(fp), progress)
+        fit_runs = runner.fit(start, target.fit, settings.runs, "model.fit") if target.fit else None
+        default_runs = runner.plain(start, feeder, settings.runs, None, "uninstrumented step")
+        pinned_runs = runner.plain(start, feeder, settings.runs, pinned, "uninstrumented step, grappler pinned") \
+            if pinned else None
+        choice = facts.grappler_choice(default_runs, pinned_runs)
+        options = pinned if choice.config == "pinned" else None
+        analysed = analyse_steps(runner, trace, feeder, restored, start, capture.build(trace, taps, fp), fp,
+                                 settings.runs, settings.magnitude_passes, options, results,
+                                 default_runs.differing_batches())
+    meta = Meta(script=str(settings.script), script_path=str(settings.script.resolve()), form=target.form,
+                runs=settings.runs, steps=steps, metric_variables=metric_variables(target, trace),
+                fingerprinter=fp.name, fingerprint=fp.key, jit_compile=bool(trace.jit_compile),
+                ops=len(trace.graph), variables=len(trace.variables), restored_variables=len(restored),
+                initial_state=initial_state, seconds=round(time.time() - started, 2), **environment(tf, kind))
+    plain = pinned_runs if choice.config == "pinned" else default_runs
+    record = Record(
+        meta=meta, graph=trace.graph.to_json(), findings=findings, skipped=skipped, results=results,
+        default=default_runs, pinned=pinned_runs, fit=fit_runs, analyses=[a for a, _ in analysed], sources=[],
+        facts=Facts(verdict=facts.verdict(default_runs, fit_runs, None), grappler=choice,
+                    observer=facts.observer_effect(plain.at(1), analysed[0][0].instrumented),
+                    fit_replay=facts.fit_replay(fit_runs, default_runs, meta.metric_variables) if fit_runs else None))
+    per_step = [(a.step, c.sources, a.magnitudes) for a, c in analysed]
+    record.sources = rank(in_process_rows(trace.graph, per_step, settings.runs,
+                                          plain_varies=record.facts.verdict.nondeterministic))
+    return record
+
+
+def across_processes(settings: TraceSettings) -> Record:
+    """The experiment in fresh processes, merged into process 1's record with the cross-process facts."""
+    from .analysis.crossproc import cross_process
+    from .execute.processes import run_children
+
+    with tempfile.TemporaryDirectory(prefix="opbisect-processes-") as tmp:
+        records, seeds = run_children(settings, Path(tmp), progress=lambda m: print(m, file=sys.stderr))
+    merged = records[0]
+    info, found, rows = cross_process(records, seeds)
+    verdict = facts.verdict(merged.default, merged.fit, info)
+    rows = [dataclasses.replace(r, observer_effect=r.affects_result and not verdict.nondeterministic) for r in rows]
+    return dataclasses.replace(
+        merged, meta=dataclasses.replace(merged.meta, processes=settings.processes),
+        findings=merged.findings + found, processes=info, sources=rank(merged.sources + rows),
+        facts=dataclasses.replace(merged.facts, verdict=verdict))
+
+
+def metric_variables(target, trace) -> list[str]:
+    """Keys of the Keras metrics' variables (fit resets them every epoch; a step-by-step replay does not)."""
+    model = getattr(target.fit, "model", None)
+    if model is None:
+        return []
+    handles = {id(v.value.handle if hasattr(v, "value") else v.handle) for m in model.metrics for v in m.variables}
+    return sorted(k for k, v in trace.variables.items() if id(v.handle) in handles)
+
+
+def _restored_variables(trace, target) -> dict:
+    if target.variables is None:
+        return dict(trace.variables)
+    chosen = {id(v.handle) for v in target.variables}
+    used = {id(v.handle) for v in trace.variables.values()}
+    unknown = [v.name for v in target.variables if id(v.handle) not in used]
+    if unknown:
+        raise TargetError(f"`variables` lists {unknown[0]}, which the step does not use")
+    return {k: v for k, v in trace.variables.items() if id(v.handle) in chosen}
+
+
+def rerun_report(path: Path, out: Path | None = None, html: bool = False, echo=print) -> int:
+    """`opbisect report`: re-make the views from a saved record, running nothing. The record is validated
+    before anything is written."""
+    path = Path(path)
+    record = store.load(path)
+    if out is None:
+        out = _default_out(path)
+    if out is None:
+        for line in report.text.lines(record, None):
+            echo(line)
+        echo(f"note: {path} is not a file in a report folder: nothing written (--out DIR writes the report)")
+        return record.facts.verdict.exit_code
+    folder = store.ReportFolder(out, record.stem, record.meta.script_path)
+    with folder.prepare():
+        written = report.write(record, folder, html=html)
+    for line in report.text.lines(record, written):
+        echo(line)
+    return record.facts.verdict.exit_code
+
+
+def _default_out(path: Path) -> Path | None:
+    """Where a re-made report goes by default: the folder that holds the report folder."""
+    if path.is_dir():
+        return path.resolve().parent
+    if path.is_file() and path.name == store.RECORD:
+        return path.resolve().parent.parent
+    return None

@@ -1,0 +1,73 @@
+"""Every private TensorFlow/Keras call opbisect makes, in one place: a TensorFlow or Keras upgrade touches this
+file. Tested with TensorFlow 2.21 and Keras 3.15. Public APIs are called where they are used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+
+def op_determinism_enabled() -> bool:
+    from tensorflow.python.framework.config import is_op_determinism_enabled
+
+    return bool(is_op_determinism_enabled())
+
+
+def flat_call_args(concrete, args: tuple) -> list:
+    """The arguments flattened the way a ConcreteFunction feeds its placeholders."""
+    from tensorflow.python.eager.polymorphic_function import function_type_utils
+
+    bound = function_type_utils.canonicalize_function_inputs(args, {}, concrete.function_type)
+    return list(concrete.function_type.unpack_inputs(bound))
+
+
+def internal_captures(func_graph) -> list:
+    """The placeholders inside a FuncGraph that its captured values feed, in capture order."""
+    return list(func_graph.internal_captures)
+
+
+def function_graph(graph, name: str):
+    """The FuncGraph of the function `name` registered in `graph` or a graph enclosing it, or None."""
+    while graph is not None:
+        fn = getattr(graph, "_functions", {}).get(name)
+        if fn is not None:
+            return getattr(fn, "graph", None)
+        graph = getattr(graph, "outer_graph", None)
+    return None
+
+
+def jit_compile(function) -> bool | None:
+    """A tf.function's jit_compile setting."""
+    return getattr(function, "_jit_compile", None)
+
+
+def build_keras_model(model, batch: tuple) -> None:
+    """Build every variable of a compiled Keras model (layers, optimizer slots, metrics), as fit does first."""
+    model._symbolic_build(data_batch=batch)
+
+
+def dataset_graph_def(dataset):
+    """The GraphDef of a tf.data pipeline."""
+    from tensorflow.core.framework import graph_pb2
+
+    return graph_pb2.GraphDef.FromString(dataset._as_serialized_graph().numpy())
+
+
+@contextlib.contextmanager
+def grappler_options(options: dict | None):
+    """Run under these grappler options, then put back exactly the options set before (set_experimental_options
+    only adds keys: a key that was unset must become unset again, not True)."""
+    import tensorflow as tf
+    from tensorflow.python.eager import context
+
+    if not options:
+        yield
+        return
+    ctx = context.context()
+    previous = dict(ctx._optimizer_experimental_options)
+    tf.config.optimizer.set_experimental_options(options)
+    try:
+        yield
+    finally:
+        ctx._optimizer_experimental_options = previous
+        ctx._thread_local_data.function_call_options = None  # as set_optimizer_experimental_options does
