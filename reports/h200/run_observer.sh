@@ -14,4 +14,4 @@ for remap in on off; do
     > "$R/conv2d_net_opdet_remap_$remap.txt" 2>&1
   echo "remapper $remap: exit=$?"; grep "^instrumented step" "$R/conv2d_net_opdet_remap_$remap.txt"
 done
-rm -f "$R"/*.runs.json
+

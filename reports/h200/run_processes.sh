@@ -1,7 +1,7 @@
 #!/bin/bash
 # The cross-process mode on the H200: `opbisect trace --processes 2` on the Conv2D step, with and without op
 # determinism (cuDNN autotuning picks algorithms once per process). Run from the project root after
-# `source /root/tfenv.sh`; run_examples.sh calls it last. Writes $OUT/h200/processes/.
+# `source /root/tfenv.sh`; run_examples.sh calls it last. Writes $OUT/h200/processes/: a report folder and the terminal output (.txt) per step.
 set -u
 R=${OUT:-/tmp/out}/h200/processes; mkdir -p "$R"
 export OPBISECT_CACHE=${OPBISECT_CACHE:-/root/opbisect-cache} PYTHONUNBUFFERED=1
