@@ -21,6 +21,8 @@ h1 { font-size: 1.4em; } h2 { font-size: 1.15em; border-bottom: 1px solid #ddd; 
 .verdict[data-verdict="nondeterministic"] { background: #fdecea; border-left: 6px solid #c62828; }
 .verdict[data-verdict="deterministic"] { background: #e8f5e9; border-left: 6px solid #2e7d32; }
 table { border-collapse: collapse; font-size: .9em; }
+.scroll { overflow-x: auto; }
+td code { word-break: break-all; }
 th, td { border: 1px solid #e0e0e0; padding: .25em .5em; text-align: left; vertical-align: top; }
 th { background: #fafafa; }
 tr.detail td { color: #555; border-top: none; font-size: .95em; }
@@ -100,8 +102,8 @@ def _sources(record: Record) -> str:
     rows = "".join(f'<tr data-op="{escape(s.op_name)}" data-rank="{s.rank}" data-kind="{escape(s.kind)}">'
                    + "".join(_cell(name, getattr(s, name)) for name, _ in _COLUMNS) + "</tr>" + _detail(s)
                    for s in record.sources)
-    return (f'<section id="sources"><h2>Sources, ranked (what to fix first)</h2><table><thead><tr>{head}</tr></thead>'
-            f"<tbody>{rows}</tbody></table></section>")
+    return (f'<section id="sources"><h2>Sources, ranked (what to fix first)</h2><div class="scroll"><table><thead>'
+            f"<tr>{head}</tr></thead><tbody>{rows}</tbody></table></div></section>")
 
 
 def _detail(s: Source) -> str:

@@ -1,0 +1,97 @@
+"""Decisions on literal fingerprint tables (no TensorFlow, no race that may fail to fire): the grappler choice,
+the verdict and its exit code, the observer effect, the fit replay check, and the text view reading them."""
+
+from __future__ import annotations
+
+import pytest
+
+from opbisect.analysis import facts
+from opbisect.ir.ids import TensorRef, op_id, split_op_id
+from opbisect.record.model import FitReplay, InstrumentedRuns, Runs, Trajectory
+
+
+def trajectory(*runs: list[int], steps: int = 1) -> Trajectory:
+    """Runs whose variable `w` ends with the given fingerprint after each step (one list per run)."""
+    return Trajectory(batches=[[[7]] * steps for _ in runs], outputs=[[[1]] * steps for _ in runs],
+                      after=[[{"w": v} for v in run] for run in runs])
+
+
+SAME, VARIES = trajectory([5], [5], [5]), trajectory([5], [6], [5])
+
+
+@pytest.mark.parametrize("default, pinned, config", [
+    (SAME, SAME, "pinned"), (VARIES, VARIES, "pinned"),
+    (VARIES, SAME, "default"),  # pinning hides it: a grappler rewrite causes it, analyse the user's config
+    (SAME, VARIES, "default"),  # pinning creates it: the user's config is what the verdict is about
+    (VARIES, None, "default"),  # --no-pin-grappler
+])
+def test_grappler_choice_analyses_pinned_only_when_pinning_does_not_change_the_verdict(default, pinned, config):
+    choice = facts.grappler_choice(default, pinned)
+    assert choice.config == config and choice.reason
+
+
+def test_verdict_follows_the_uninstrumented_step_and_names_its_evidence():
+    assert facts.verdict(SAME, None, None).exit_code == 0
+    v = facts.verdict(VARIES, None, None)
+    assert (v.nondeterministic, v.exit_code, len(v.evidence)) == (True, 1, 1)
+    # model.fit itself varying counts, even where opbisect's replay does not vary
+    assert facts.verdict(SAME, VARIES, None).exit_code == 1
+    # a later step: the first differing step is what the evidence names
+    later = trajectory([5, 8], [5, 9], steps=2)
+    assert "after step 2" in facts.verdict(later, None, None).evidence[0]
+    # batches that differ between runs are evidence by themselves
+    batches = trajectory([5], [5])
+    batches.batches = [[[1]], [[2]]]
+    assert facts.verdict(batches, None, None).exit_code == 1
+
+
+def instrumented(*finals: int) -> InstrumentedRuns:
+    return InstrumentedRuns(taps=["a:0"], fps=[[0]] * len(finals), before=[{"w": 1}] * len(finals),
+                            after=[{"w": f} for f in finals], outputs=[[1]] * len(finals))
+
+
+@pytest.mark.parametrize("plain, inst, effect", [
+    ([5, 5], [5, 5], "none"),
+    ([5, 5], [4, 4], "changed_result"),  # both deterministic, different results: grappler rewrote the taps' graph
+    ([5, 6], [4, 4], "hid"),
+    ([5, 5], [4, 6], "created"),
+    ([5, 6], [4, 6], "same_variables"),
+])
+def test_observer_effect_compares_the_plain_and_the_instrumented_step(plain, inst, effect):
+    runs = Runs(outputs=[[1]] * len(plain), after=[{"w": p} for p in plain])
+    assert facts.observer_effect(runs, instrumented(*inst)).effect == effect
+
+
+def test_observer_effect_moved_when_other_variables_vary():
+    plain = Runs(outputs=[[1], [1]], after=[{"w": 1, "v": 1}, {"w": 2, "v": 1}])
+    inst = InstrumentedRuns(taps=[], fps=[[], []], before=[{}, {}], after=[{"w": 1, "v": 1}, {"w": 1, "v": 2}],
+                            outputs=[[1], [1]])
+    assert facts.observer_effect(plain, inst).effect == "moved"
+
+
+def test_fit_replay_check_stops_where_either_side_starts_to_vary_and_ignores_metrics():
+    def t(*runs):
+        return Trajectory(outputs=[[[]] * len(r) for r in runs], after=list(runs))
+
+    fit = t(*[[{"w": 1, "m": 9}, {"w": 2, "m": 9}, {"w": 3, "m": 9}]] * 2)
+    replay = t(*[[{"w": 1, "m": 0}, {"w": 2, "m": 0}, {"w": 4, "m": 0}]] * 2)
+    assert facts.fit_replay(fit, replay, ["m"]) == FitReplay(checked_steps=3, mismatch_step=3)
+    varies = t([{"w": 1, "m": 0}, {"w": 5, "m": 0}], [{"w": 1, "m": 0}, {"w": 6, "m": 0}])
+    assert facts.fit_replay(fit, varies, ["m"]).checked_steps == 1
+
+
+@pytest.mark.parametrize("text", ["sgd/ResourceScatterSub:0", "a/b:res3", "while/body::add:1@7", "x:12@0"])
+def test_tensor_ids_round_trip_through_the_one_parser(text):
+    ref = TensorRef.parse(text)
+    assert str(ref) == text
+    assert split_op_id(ref.op) == (ref.region, ref.op.rpartition("::")[2])
+
+
+def test_tensor_ids_keep_their_parts():
+    ref = TensorRef.parse("while/body::scatter:res1@4")
+    assert (ref.region, ref.op, ref.port, ref.is_state, ref.iteration) == ("while/body", "while/body::scatter", 1,
+                                                                         True, 4)
+    assert op_id("add", "cond/then_branch") == "cond/then_branch::add"
+    for bad in ["noport", "op:x", "op:res", ":1", "op:1@x"]:
+        with pytest.raises(ValueError):
+            TensorRef.parse(bad)

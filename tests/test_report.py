@@ -1,0 +1,210 @@
+"""Views of a record: the HTML page (parsed, checked against the record, gold-filed, opened in a headless browser),
+the drawings, the record's round trip through its store. Literal records: no TensorFlow unless named."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from opbisect.analysis import facts
+from opbisect.errors import RecordError
+from opbisect.ir.graph import OpGraph
+from opbisect.record import store
+from opbisect.record.model import (
+    Facts,
+    Finding,
+    InstrumentedRuns,
+    Magnitude,
+    Meta,
+    Record,
+    Source,
+    StepAnalysis,
+    Trajectory,
+)
+from opbisect.report import csv, drawing, html, json_view, text
+
+from conftest import write_script
+
+GOLD = Path(__file__).parent / "gold"
+XHTML = "{http://www.w3.org/1999/xhtml}"
+SVG = "{http://www.w3.org/2000/svg}svg"
+
+
+def graph() -> OpGraph:
+    """x -> noise (random) -> add -> w.assign (write) ; x -> mul -> add"""
+    g = OpGraph()
+    g.add_op("x", type="Placeholder", outputs=[("float32", "(4,)")])
+    g.add_op("noise", type="RandomUniform", stateful=True, outputs=[("float32", "(4,)")],
+             site="model_step.py:9 in step")
+    g.add_op("mul", type="Mul", outputs=[("float32", "(4,)")])
+    g.add_op("add", type="AddV2", outputs=[("float32", "(4,)")])
+    g.add_op("assign", type="AssignSubVariableOp", stateful=True, resources=[(0, "w")], res_dtypes={"0": "float32"})
+    g.add_data_edge("x", 0, "mul", 0)
+    g.add_data_edge("mul", 0, "add", 0)
+    g.add_data_edge("noise", 0, "add", 1)
+    g.add_data_edge("add", 0, "assign", 1)
+    return g
+
+
+def literal_record(steps: int = 1) -> Record:
+    g = graph()
+    runs = 3
+    taps = ["x:0", "noise:0", "mul:0", "add:0", "assign:res0"]
+    fps = [[1, 10 + r, 3, 20 + r, 30 + r] for r in range(runs)]
+    default = Trajectory(batches=[[[1]] * steps for _ in range(runs)], outputs=[[[5]] * steps for _ in range(runs)],
+                         after=[[{"w": 100 * k + r} for k in range(steps)] for r in range(runs)])
+    ins = InstrumentedRuns(taps=taps, fps=fps, before=[{"w": 0}] * runs, after=[{"w": 30 + r} for r in range(runs)],
+                           outputs=[[5]] * runs)
+    analyses = [StepAnalysis(step=k + 1, instrumented=ins, differing=["noise:0", "add:0", "assign:res0"],
+                             magnitudes={"noise": Magnitude(0.5, 1e6, 1.0, 4)}, magnitude_runs=runs)
+                for k in range(steps)]
+    source = Source(rank=1, op_name="noise", op_type="RandomUniform", kind="random", first_step=1, seen_across="runs",
+                    runs_differing=2, runs=runs, distinct_values=3, downstream_differing=2, affects_result=True,
+                    max_abs_diff=0.5, max_ulp_diff=1e6, frac_elements_differing=1.0,
+                    source_location="model_step.py:9 in step", known_remedy="use tf.random.stateless_uniform",
+                    observer_effect=False, position=g.position["noise"], tensors=["noise:0"])
+    meta = Meta(script="model_step.py", script_path="/work/model_step.py", form="step", runs=runs, steps=steps,
+                fingerprinter="farmhash64", fingerprint="farmhash", jit_compile=False, ops=len(g), variables=1,
+                restored_variables=1, seconds=1.5, tf_version="2.21.0", keras_version="3.15.1", python="3.11.7",
+                device="CPU", cuda="", cudnn="", gpu_name="", op_determinism=False)
+    return Record(meta=meta, graph=g.to_json(), findings=[Finding("warning", "1 stateful random op <without> a seed")],
+                  skipped={"resource": 1}, results=["assign:res0"], default=default, pinned=default, fit=None,
+                  analyses=analyses, sources=[source],
+                  facts=Facts(verdict=facts.verdict(default, None, None),
+                              grappler=facts.grappler_choice(default, default),
+                              observer=facts.observer_effect(default.at(1), ins)))
+
+
+def parse(page: str) -> ET.Element:
+    return ET.fromstring(page.split("\n", 1)[1])  # after the doctype
+
+
+def by_id(root: ET.Element, ident: str) -> ET.Element | None:
+    return next((e for e in root.iter() if e.get("id") == ident), None)
+
+
+def test_html_page_shows_the_records_verdict_sources_and_one_drawing_per_source():
+    record = literal_record()
+    root = parse(html.render(record))
+    verdict = by_id(root, "verdict")
+    assert (verdict.get("data-verdict"), verdict.get("data-exit-code")) == ("nondeterministic", "1")
+    rows = [tr for tr in by_id(root, "sources").iter(f"{XHTML}tr") if tr.get("data-op")]
+    assert [(tr.get("data-op"), tr.get("data-rank"), tr.get("data-kind")) for tr in rows] == [("noise", "1", "random")]
+    figures = [f for f in by_id(root, "neighbourhoods").iter(f"{XHTML}figure")]
+    assert [f.get("data-op") for f in figures] == ["noise"] and all(list(f.iter(SVG)) for f in figures)
+    assert by_id(root, "grappler").get("data-config") == record.facts.grappler.config
+    assert by_id(root, "observer").get("data-effect") == record.facts.observer.effect
+    assert by_id(root, "steps") is None  # one step: no plot
+    # Self-contained: no script, no stylesheet or image fetched, no link out.
+    assert not [e for e in root.iter() if e.tag in (f"{XHTML}script", f"{XHTML}link", f"{XHTML}img")]
+    assert not [v for e in root.iter() for k, v in e.attrib.items() if k.endswith("href") and not v.startswith("#")]
+
+
+def test_html_plots_the_differing_variables_per_step():
+    root = parse(html.render(literal_record(steps=3)))
+    assert len(list(by_id(root, "steps").iter(SVG))) == 1
+
+
+def test_html_escapes_what_the_script_names():
+    record = literal_record()
+    record.sources[0] = dataclasses.replace(record.sources[0], known_remedy="a <b>bold</b> & claim")
+    page = html.render(record)
+    parse(page)  # still well-formed
+    assert "<b>bold</b>" not in page and "&lt;b&gt;bold&lt;/b&gt; &amp; claim" in page
+
+
+def _skeleton(page: str) -> str:
+    """The page with each drawing replaced by a marker: the gold file does not depend on matplotlib's output."""
+    return re.sub(r"<svg.*?</svg>", "<svg/>", page, flags=re.S)
+
+
+def test_html_matches_its_gold_file():
+    page = _skeleton(html.render(literal_record(steps=2)))
+    gold = GOLD / "report.html"
+    if os.environ.get("OPBISECT_UPDATE_GOLD"):
+        gold.parent.mkdir(exist_ok=True)
+        gold.write_text(page)
+    assert page == gold.read_text(), "the HTML changed: look at it, then OPBISECT_UPDATE_GOLD=1 pytest ..."
+
+
+def test_drawings_are_reproducible_svg():
+    record = literal_record()
+    one = drawing.neighbourhood_svg(record.op_graph, record.sources[0], {"noise:0", "add:0"})
+    assert one.startswith("<svg") and one == drawing.neighbourhood_svg(record.op_graph, record.sources[0],
+                                                                       {"noise:0", "add:0"})
+
+
+def test_neighbourhood_marks_identical_inputs_the_source_and_what_follows():
+    g = graph()
+    g.add_resource_edges()
+    n = drawing.neighbourhood(g, "add", differing={"add:0", "assign:res0"})
+    roles = {node: (d["layer"], d["role"]) for node, d in n.nodes(data=True)}
+    assert roles == {"mul": (0, "input"), "noise": (0, "input"), "add": (1, "source"), "assign": (2, "differing")}
+    write = drawing.neighbourhood(g, "assign", differing={"assign:res0"})
+    assert ("w (after AssignSubVariableOp)", {"layer": 2, "role": "differing", "state": True}) in \
+        list(write.nodes(data=True))
+
+
+def test_views_agree_with_the_record():
+    record = literal_record()
+    frame = pd.read_csv(pd.io.common.StringIO(csv.CsvReporter().render(record)))
+    assert list(frame["op_name"]) == [s.op_name for s in record.sources]
+    assert "position" not in frame.columns and "observer_effect" in frame.columns
+    summary = json_view.summary(record)
+    assert summary["verdict"]["exit_code"] == 1 and summary["sources"][0]["op_name"] == "noise"
+    assert "noise is the first bad op" in text.lines(record)
+
+
+def test_record_round_trips_through_its_store_and_bad_records_are_refused():
+    record = literal_record(steps=2)
+    again = store.from_json(store.to_json(record))
+    assert again == record and again.op_graph.ops == record.op_graph.ops
+    data = store.to_json(record)
+    for broken, why in [(dict(data, analyses=[]), "no step analysis"), ({**data, "meta": 3}, "meta"),
+                        (dict(data, version=2), "version")]:
+        with pytest.raises(RecordError, match=why):
+            store.from_json(broken)
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="no headless Chromium here (apt-get install chromium)")
+def test_html_renders_in_a_headless_browser(tmp_path):
+    page = tmp_path / "report.html"
+    record = literal_record(steps=2)
+    page.write_text(html.render(record))
+    done = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                           f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    dom = done.stdout
+    assert "<svg" in dom, done.stderr[-2000:]
+    assert dom.count("<svg") == len(record.sources) + 1  # each neighbourhood and the steps plot, as rendered
+    assert 'data-verdict="nondeterministic"' in dom
+
+
+def test_trace_html_writes_the_page_beside_the_csv(tmp_path):
+    from conftest import trace
+
+    script = write_script(tmp_path, "random_step", """
+        w = tf.Variable(tf.ones([4]), name="w")
+
+
+        @tf.function
+        def step(x):
+            w.assign_sub(0.1 * tf.random.uniform([4], name="noise") * x)
+            return tf.reduce_sum(w)
+
+
+        inputs = (tf.ones([4]),)
+        """)
+    t = trace(script, tmp_path / "reports", runs=3, html=True)
+    root = parse((tmp_path / "reports" / "random_step" / "report.html").read_text())
+    rows = [tr.get("data-op") for tr in by_id(root, "sources").iter(f"{XHTML}tr") if tr.get("data-op")]
+    assert t.code == 1 and rows == list(t.csv["op_name"]) == ["noise/RandomUniform"]
