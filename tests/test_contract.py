@@ -1,0 +1,301 @@
+"""The exit contract (`git bisect run`) and the report's integrity, tried as a hostile user would: planted faults
+decide every branch, not live races that may fail to fire on a loaded machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+from opbisect.analysis import preflight
+from opbisect.cli import main
+
+from conftest import ROOT, write_script
+
+# A numpy_function that varies only on the calls listed: each pass of the experiment runs the step once per run,
+# in a fixed order (with runs=3: the plain step under your config = calls 1-3, pinned = 4-6, instrumented = 7-9),
+# so a fault can be planted in exactly the passes a branch needs.
+PLANTED = """
+calls = [0]
+VARY_ON = {vary_on}
+
+
+def planted(x):
+    calls[0] += 1
+    return (x + np.float32(calls[0] if calls[0] in VARY_ON else 0)).astype(np.float32)
+
+
+w = tf.Variable(tf.ones([4]), name="w")
+
+
+@tf.function
+def step(x):
+    y = tf.numpy_function(planted, [x], tf.float32, name="planted")
+    w.assign_add(tf.ensure_shape(y, [4]))
+    return tf.reduce_sum(w)
+
+
+inputs = (tf.ones([4]),)
+"""
+
+
+def planted(run_step, vary_on: set, **settings):
+    return run_step(PLANTED.format(vary_on=sorted(vary_on) or "set()"), runs=3, magnitude_runs=2, **settings)
+
+
+def test_a_difference_only_capture_creates_is_an_observer_effect_and_exits_0(run_step):
+    t = planted(run_step, {7, 8, 9})
+    assert t.code == 0 and t.record.facts.observer.effect == "created"
+    assert t.sources == ["planted"] and bool(t.row("planted")["observer_effect"])
+
+
+def test_a_difference_capture_hides_exits_1_with_no_source(run_step):
+    t = planted(run_step, {1, 2, 3, 4, 5, 6})
+    assert t.code == 1 and t.record.facts.observer.effect == "hid" and t.sources == []
+
+
+def test_when_pinning_hides_the_difference_the_analysis_runs_under_your_config(run_step):
+    t = planted(run_step, {1, 2, 3})  # varies under your grappler config only
+    assert t.code == 1
+    assert t.record.facts.grappler.config == "default" and "hides" in t.record.facts.grappler.reason
+    assert t.record.pinned.first_differing_step() is None
+
+
+def test_when_pinning_creates_a_difference_your_config_decides_and_it_exits_0(run_step):
+    t = planted(run_step, {4, 5, 6})  # varies only pinned
+    assert t.code == 0 and t.record.facts.grappler.config == "default"
+    assert t.record.default.first_differing_step() is None and t.record.pinned.first_differing_step() == 1
+
+
+def test_no_pin_grappler_analyses_your_config_and_runs_no_pinned_pass(run_step):
+    t = planted(run_step, set(range(1, 20)), pin_grappler=False)
+    assert t.code == 1 and t.record.pinned is None and t.record.facts.grappler.config == "default"
+    assert t.sources == ["planted"] and t.row("planted")["kind"] == "op"
+
+
+def test_shuffles_without_a_seed_or_reshuffling_are_named():
+    tf.random.set_seed(None)  # another test may have set the global seed, which seeds every shuffle
+    unseeded = preflight.dataset_findings(tf.data.Dataset.range(8).shuffle(8))
+    assert any("has no seed" in f.message for f in unseeded)
+    seeded = preflight.dataset_findings(tf.data.Dataset.range(8).shuffle(8, seed=1, reshuffle_each_iteration=True))
+    assert [f.level for f in seeded] == ["note"] and "reshuffles" in seeded[0].message
+    fixed = preflight.dataset_findings(tf.data.Dataset.range(8).shuffle(8, seed=1, reshuffle_each_iteration=False))
+    assert fixed == []
+
+
+# -- exit codes --------------------------------------------------------------------------------------------------
+def test_no_tensorflow_cannot_be_tested(tmp_path):
+    fake = tmp_path / "fake" / "tensorflow"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('planted: no TensorFlow')\n")
+    script = write_script(tmp_path, "step", "")
+    done = subprocess.run([sys.executable, "-m", "opbisect", "trace", str(script), "--out", str(tmp_path / "r")],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": f"{fake.parent}:{ROOT}"})
+    assert done.returncode == 125 and "TensorFlow is not importable" in done.stderr.splitlines()[-1]
+
+
+def test_a_gpu_asked_for_where_none_is_cannot_be_tested(capsys, tmp_path):
+    script = write_script(tmp_path, "step", PLANTED.format(vary_on="set()"))
+    assert main(["trace", str(script), "--device", "gpu", "--out", str(tmp_path / "r")]) == 125
+    assert "sees no GPU" in capsys.readouterr().err
+
+
+def test_state_that_does_not_come_back_cannot_be_tested(monkeypatch, run_step):
+    from opbisect.execute import snapshot
+
+    monkeypatch.setattr(snapshot.Snapshot, "restore", lambda self: None)  # planted: restoring does nothing
+    with pytest.raises(Exception) as exc:
+        planted(run_step, set())
+    assert getattr(exc.value, "exit_code", None) == 125 and "bit for bit" in str(exc.value)
+
+
+def test_an_internal_error_is_never_a_verdict(capsys, monkeypatch, tmp_path):
+    from opbisect.analysis import facts
+
+    def broken(*args):
+        raise RuntimeError("planted bug")
+
+    monkeypatch.setattr(facts, "verdict", broken)
+    script = write_script(tmp_path, "step", PLANTED.format(vary_on="set()"))
+    code = main(["trace", str(script), "--runs", "2", "--out", str(tmp_path / "r"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 170 and "internal error (RuntimeError: planted bug)" in err.splitlines()[-1]
+    assert list((tmp_path / "r").iterdir()) == []  # the staged report is gone
+
+
+@pytest.mark.parametrize("content, why", [
+    ("[]", "JSON an array"), ("null", "JSON null"), ("42", "JSON a number"), ("{", "not JSON"),
+    ("[" * 100000 + "]" * 100000, "nested too deeply"), ('{"version": 3, "meta": {}}', "not a valid"),
+])
+def test_report_refuses_what_is_no_record_with_one_line_and_exit_128(capsys, tmp_path, content, why):
+    bogus = tmp_path / "x.json"
+    bogus.write_text(content)
+    assert main(["report", str(bogus)]) == 128
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and why in err
+
+
+def test_report_of_a_folder_or_a_missing_file_is_a_usage_error(capsys, tmp_path):
+    assert main(["report", str(tmp_path)]) == 128 and "no such record" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "nope.json")]) == 128
+
+
+def _good_report(run_step, tmp_path) -> Path:
+    planted(run_step, {7, 8})
+    return tmp_path / "reports" / "model_step"
+
+
+def test_a_record_that_does_not_validate_leaves_the_good_report_as_it_was(capsys, run_step, tmp_path):
+    folder = _good_report(run_step, tmp_path)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    data = json.loads((folder / "record.json").read_text())
+    (folder / "record.json").write_text(json.dumps({**data, "analyses": []}))
+    assert main(["report", str(folder)]) == 128 and "no step analysis" in capsys.readouterr().err
+    after = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert {k: v for k, v in after.items() if k != "record.json"} == \
+        {k: v for k, v in before.items() if k != "record.json"}
+
+
+def test_report_reads_a_record_from_a_pipe_and_writes_only_where_told(run_step, tmp_path):
+    folder = _good_report(run_step, tmp_path)
+    done = subprocess.run(["bash", "-c", f"{sys.executable} -m opbisect report <(cat {folder / 'record.json'}) "
+                                         f"--out {tmp_path / 'again'}"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr  # planted on the instrumented calls only: an observer effect
+    assert (tmp_path / "again" / "model_step" / "sources.csv").read_text() == (folder / "sources.csv").read_text()
+
+
+def test_an_out_that_cannot_hold_the_report_fails_before_the_script_runs(capsys, tmp_path):
+    marker = tmp_path / "loaded"
+    script = write_script(tmp_path, "step", f"open({str(marker)!r}, 'w').close()\n" + PLANTED.format(vary_on="set()"))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for out in (a_file, a_file / "below"):
+        assert main(["trace", str(script), "--out", str(out)]) == 128
+    assert "is a file" in capsys.readouterr().err and not marker.exists()
+
+
+def test_a_report_of_another_script_with_the_same_name_is_not_replaced(capsys, run_step, tmp_path):
+    folder = _good_report(run_step, tmp_path)
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    script = write_script(other, "model_step", PLANTED.format(vary_on="set()"))
+    before = (folder / "report.json").read_text()
+    assert main(["trace", str(script), "--out", str(folder.parent)]) == 128
+    assert "holds the report of" in capsys.readouterr().err and (folder / "report.json").read_text() == before
+
+
+def test_a_report_is_written_with_the_umask_and_replaced_whole(run_step, tmp_path):
+    old = os.umask(0o027)
+    try:
+        folder = _good_report(run_step, tmp_path)
+    finally:
+        os.umask(old)
+    assert oct(folder.stat().st_mode & 0o777) == oct(0o750)
+    assert {oct(p.stat().st_mode & 0o777) for p in folder.iterdir()} == {oct(0o640)}
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["model_step"]  # no staging or old folder left
+
+
+def test_a_report_that_cannot_be_written_exits_129_and_leaves_nothing(tmp_path):
+    script = write_script(tmp_path, "step", PLANTED.format(vary_on="set()"))
+
+    def small_files():  # planted: a disk that takes no file over 4 kB (SIGXFSZ ignored: the write fails instead)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    done = subprocess.run([sys.executable, "-m", "opbisect", "trace", str(script), "--runs", "2", "--out",
+                           str(tmp_path / "r"), "--no-progress"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=small_files)
+    assert done.returncode == 129, done.stderr[-2000:]
+    assert "nothing was replaced" in done.stderr.splitlines()[-1] and list((tmp_path / "r").iterdir()) == []
+
+
+SLOW = PLANTED.replace("def planted(x):\n", "def planted(x):\n    open(MARKER, 'a').write('x')\n    time.sleep(0.3)\n")
+
+
+def _start(tmp_path, *extra) -> tuple[subprocess.Popen, Path]:
+    marker = tmp_path / "started"
+    pid = f"open({str(tmp_path / 'pid')!r}, 'w').write(str(__import__('os').getpid()))\n"
+    header = f"import time\nMARKER = {str(marker)!r}\n{pid}"
+    script = write_script(tmp_path, "slow", header + SLOW.format(vary_on="set()"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "opbisect", "trace", str(script), "--runs", "20", "--out",
+                             str(tmp_path / "r"), "--no-progress", *extra], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not marker.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert marker.exists(), proc.communicate()[1][-2000:]
+    return proc, tmp_path
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in state  # a zombie has ended
+
+
+def test_sigterm_ends_the_run_with_143_and_no_report_left_half_written(tmp_path):
+    proc, folder = _start(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "terminated" in err.splitlines()[-1]
+    assert list((folder / "r").iterdir()) == []
+
+
+def test_sigterm_to_the_parent_of_processes_ends_the_child_and_its_temp_folder(tmp_path):
+    proc, folder = _start(tmp_path, "--processes", "2")
+    child = int((folder / "pid").read_text())
+    assert child != proc.pid
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 143
+    deadline = time.time() + 60
+    while not _gone(child) and time.time() < deadline:
+        time.sleep(0.2)
+    assert _gone(child) and list((folder / "tmp").iterdir()) == [] and list((folder / "r").iterdir()) == []
+
+
+# -- git bisect run --------------------------------------------------------------------------------------------
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com"}
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True, env=env).stdout
+
+
+def test_git_bisect_run_finds_the_commit_that_made_the_step_nondeterministic_and_skips_a_broken_one(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    clean = PLANTED.format(vary_on="set()")
+    history = [("deterministic step", clean), ("tune", clean.replace("tf.ones([4])", "tf.ones([4]) * 2.0")),
+               ("a broken revision", clean.replace("def step(x):", "def step(x:")),
+               ("fix it", clean.replace("tf.ones([4])", "tf.ones([4]) * 2.0")),
+               ("unseeded noise", clean.replace("w.assign_add(tf.ensure_shape(y, [4]))",
+                                                "w.assign_add(tf.ensure_shape(y, [4]) + tf.random.uniform([4]))")),
+               ("more", clean.replace("w.assign_add(tf.ensure_shape(y, [4]))",
+                                      "w.assign_add(tf.ensure_shape(y, [4]) + tf.random.uniform([4]) * 0.5)"))]
+    shas = []
+    for message, body in history:
+        write_script(repo, "model_step", body)
+        _git(repo, "add", "model_step.py")
+        _git(repo, "commit", "-q", "-m", message)
+        shas.append(_git(repo, "rev-parse", "HEAD").strip())
+    _git(repo, "bisect", "start", shas[-1], shas[0])
+    run = subprocess.run(["git", "bisect", "run", sys.executable, "-m", "opbisect", "trace", "model_step.py",
+                          "--runs", "3", "--no-progress", "--out", str(tmp_path / "reports")], cwd=repo,
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=900)
+    assert f"{shas[4]} is the first bad commit" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
+    log = _git(repo, "bisect", "log")
+    assert f"# skip: [{shas[2]}]" in log  # the broken revision exited 125
