@@ -57,6 +57,17 @@ def trace(path: Path, out: Path, **settings) -> Traced:
                   csv_path=folder / "sources.csv")
 
 
+def until_it_fires(run, attempts: int = 3) -> Traced:
+    """A real race may not fire in one sample on a loaded machine: repeat the whole trace (at most `attempts`
+    times) until the uninstrumented step varies, then let the test check what was found. A race that never fires
+    in all attempts fails the test."""
+    for _ in range(attempts):
+        t = run()
+        if t.record.facts.verdict.nondeterministic:
+            break
+    return t
+
+
 @pytest.fixture
 def run_step(tmp_path):
     """run_step(body, name=..., **settings): write the script, trace it, return a Traced."""

@@ -16,16 +16,30 @@ def run_main(capsys, *args) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_cli_subprocess_finds_the_sgd_scatter_and_writes_the_ranked_csv(tmp_path):
-    done = cli("trace", str(EXAMPLES / "embedding_sgd.py"), "--runs", "6", "--out", str(tmp_path), "--no-progress")
+def test_cli_subprocess_names_the_planted_op_and_report_remakes_the_same_csv(tmp_path):
+    script = write_script(tmp_path, "noisy", """
+        w = tf.Variable(tf.ones([4]), name="w")
+
+
+        @tf.function
+        def step(x):
+            w.assign_sub(0.1 * tf.random.uniform([4], name="noise") * x)  # no seed: a fresh draw every run
+            return tf.reduce_sum(w)
+
+
+        inputs = (tf.ones([4]),)
+        """)
+    done = cli("trace", str(script), "--runs", "3", "--out", str(tmp_path / "r"), "--no-progress")
     assert done.returncode == 1, done.stderr
-    csv = pd.read_csv(tmp_path / "embedding_sgd" / "sources.csv")
-    assert list(csv["op_type"])[:1] == ["ResourceScatterSub"] and list(csv["rank"]) == list(range(1, len(csv) + 1))
-    assert "sgd/ResourceScatterSub is the first bad op" in done.stdout
-    # The saved runs re-make the same report without running anything.
-    again = cli("report", str(tmp_path / "embedding_sgd"), "--out", str(tmp_path / "again"))
+    csv = pd.read_csv(tmp_path / "r" / "noisy" / "sources.csv")
+    assert list(csv["op_name"]) == ["noise/RandomUniform"] and list(csv["rank"]) == [1]
+    # The saved record re-makes the same report without running anything, in place or elsewhere.
+    again = cli("report", str(tmp_path / "r" / "noisy"), "--out", str(tmp_path / "again"))
     assert again.returncode == 1, again.stderr
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again" / "embedding_sgd" / "sources.csv"), csv)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again" / "noisy" / "sources.csv"), csv)
+    in_place = cli("report", str(tmp_path / "r" / "noisy" / "record.json"), "--html")
+    assert in_place.returncode == 1 and (tmp_path / "r" / "noisy" / "report.html").exists()
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["noisy"]
 
 
 def test_missing_script_cannot_be_tested_at_this_revision(capsys, tmp_path):

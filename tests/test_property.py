@@ -53,5 +53,6 @@ def test_an_injected_fault_is_found_exactly(tmp_path_factory, script):
     assert t.sources == ["fault"], t.lines
     row = t.row("fault")
     assert row["kind"] == "op" and row["op_type"] == "PyFunc" and not row["observer_effect"]
-    # The exit code follows the step's result: a fault that reaches no output or variable leaves it deterministic.
-    assert t.code == (1 if row["affects_result"] else 0)
+    # The exit code is the verdict on the uninstrumented step (whose own runs may saturate the fault away: tanh of
+    # a large bump is 1.0), never a consequence of the instrumented runs alone.
+    assert t.code == t.record.facts.verdict.exit_code == int(t.record.default.first_differing_step() is not None)

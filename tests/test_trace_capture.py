@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import traceback
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -249,3 +250,33 @@ def test_an_ops_site_is_the_users_frame_never_opbisects_console_script():
     # A user's own program that calls opbisect keeps its frames.
     assert pick_sites([frame("/home/me/run.py", 3, "<module>")] + through_keras[1:], entry="/home/me/run.py")[0] \
         == "run.py:3 in <module>"
+
+
+def test_opbisects_own_frames_are_never_the_users_and_a_users_examples_folder_is_theirs():
+    import opbisect
+
+    def frame(path, line, name):
+        return traceback.FrameSummary(path, line, name)
+
+    ours = frame(str(Path(opbisect.__file__).parent / "session.py"), 120, "experiment")
+    users = frame("/home/me/examples/train.py", 31, "step")
+    assert pick_sites([ours, users]) == ("train.py:31 in step", "train.py:31 in step")
+    assert pick_sites([users, ours])[0] == "train.py:31 in step"  # opbisect's frame is skipped, wherever it is
+
+
+def test_tracing_leaves_no_global_state_behind(tmp_path):
+    import sys
+
+    from conftest import trace
+
+    path_before, options_before = list(sys.path), tf.config.optimizer.get_experimental_options()
+    modules_before = set(sys.modules)
+    tf.config.optimizer.set_experimental_options({"remapping": False})  # the user's own choice survives
+    try:
+        trace(write_script(tmp_path, "hygiene", NESTED), tmp_path / "r", runs=2)
+        assert sys.path == path_before
+        assert "opbisect_target_hygiene" not in sys.modules and set(sys.modules) - modules_before <= {
+            m for m in sys.modules if not m.startswith("opbisect_target_")}
+        assert tf.config.optimizer.get_experimental_options() == {**options_before, "remapping": False}
+    finally:
+        tf.config.optimizer.set_experimental_options({"remapping": True})  # TensorFlow's default again

@@ -117,7 +117,7 @@ class _GraphDefBuilder:
                     fixed.append(f"^{names[name]}" if control else f"{names[name]}:{idx}")
             del node.input[:]
             node.input.extend(fixed)
-        out_name, _, out_idx = template.output.rpartition(":")
+        out_name, out_idx, _ = parse_input(template.output)
         return f"{names[out_name]}:{out_idx}"
 
 
