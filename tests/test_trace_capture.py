@@ -280,3 +280,13 @@ def test_tracing_leaves_no_global_state_behind(tmp_path):
         assert tf.config.optimizer.get_experimental_options() == {**options_before, "remapping": False}
     finally:
         tf.config.optimizer.set_experimental_options({"remapping": True})  # TensorFlow's default again
+
+
+def test_the_console_script_is_ours_however_its_path_is_spelled(tmp_path, monkeypatch):
+    script = tmp_path / "bin" / "opbisect"
+    script.parent.mkdir()
+    script.write_text("")
+    monkeypatch.chdir(tmp_path)
+    frames = [traceback.FrameSummary(str(script), 8, "<module>"),
+              traceback.FrameSummary("/venv/lib/site-packages/keras/src/optimizers/sgd.py", 123, "update_step")]
+    assert pick_sites(frames, entry="bin/opbisect") == ("", "sgd.py:123 in update_step")

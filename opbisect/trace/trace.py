@@ -54,13 +54,19 @@ def _site(origin: Origin | None) -> tuple[str, str]:
     return pick_sites(frames, entry=sys.argv[0] if sys.argv else "")
 
 
+def _ours(filename: str, console_script: str | None) -> bool:
+    """opbisect's own code: its package, or the console script that runs it (however the path was spelled)."""
+    path = str(Path(filename).resolve())
+    return path.startswith(_PACKAGE_DIR) or path == console_script
+
+
 def pick_sites(frames, entry: str = "") -> tuple[str, str]:
     """(user site, library site) from an op's creation frames, outermost first. `entry` is the program that
     runs (sys.argv[0]): when it is opbisect's console script, its frames are opbisect's, not the user's."""
     fmt = lambda f: f"{Path(f.filename).name}:{f.lineno} in {f.name}"  # noqa: E731
-    ours = entry if Path(entry).name.startswith("opbisect") else None
+    ours = str(Path(entry).resolve()) if Path(entry).name.startswith("opbisect") else None
     frames = [f for f in frames if not f.filename.startswith("<") and "__autograph_generated" not in f.filename
-              and not str(Path(f.filename).resolve()).startswith(_PACKAGE_DIR) and f.filename != ours]
+              and not _ours(f.filename, ours)]
     user = next((f for f in reversed(frames) if not any(d in f.filename for d in _LIBRARY_DIRS)), None)
     lib = next((f for f in reversed(frames) if "tensorflow" + os.sep not in f.filename), None)
     return (fmt(user) if user else ""), (fmt(lib) if lib else "")
