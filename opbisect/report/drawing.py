@@ -127,6 +127,7 @@ def steps_svg(record: Record) -> str | None:
     ax.set_xlabel("step")
     ax.set_ylabel("variables differing")
     ax.set_xticks(steps)
+    ax.yaxis.get_major_locator().set_params(integer=True)
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
     return _svg(fig)

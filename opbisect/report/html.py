@@ -14,7 +14,7 @@ from . import drawing, text
 FILENAME = "report.html"
 
 CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; color: #212121; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1em; max-width: 72em; color: #212121; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; border-bottom: 1px solid #ddd; padding-bottom: .2em; }
 .meta { color: #616161; }
 .verdict { padding: .6em 1em; border-radius: 6px; }
@@ -22,7 +22,8 @@ h1 { font-size: 1.4em; } h2 { font-size: 1.15em; border-bottom: 1px solid #ddd; 
 .verdict[data-verdict="deterministic"] { background: #e8f5e9; border-left: 6px solid #2e7d32; }
 table { border-collapse: collapse; font-size: .9em; }
 .scroll { overflow-x: auto; }
-td code { word-break: break-all; }
+td code { overflow-wrap: anywhere; }
+td.op { min-width: 16em; }
 th, td { border: 1px solid #e0e0e0; padding: .25em .5em; text-align: left; vertical-align: top; }
 th { background: #fafafa; }
 tr.detail td { color: #555; border-top: none; font-size: .95em; }
@@ -53,8 +54,9 @@ def _cell(name: str, value) -> str:
         shown = "yes" if value else "no"
     else:
         shown = str(value)
-    body = f"<code>{escape(shown)}</code>" if name == "op_name" else escape(shown)
-    return f'<td class="num">{body}</td>' if name in _NUMERIC else f"<td>{body}</td>"
+    if name == "op_name":
+        return f'<td class="op"><code>{escape(shown)}</code></td>'
+    return f'<td class="num">{escape(shown)}</td>' if name in _NUMERIC else f"<td>{escape(shown)}</td>"
 
 
 def _pass_row(label: str, runs: Runs | None) -> str:
