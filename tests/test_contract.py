@@ -18,7 +18,7 @@ import tensorflow as tf
 from opbisect.analysis import preflight
 from opbisect.cli import main
 
-from conftest import ROOT, write_script
+from conftest import ROOT, trace, write_script
 
 # A numpy_function that varies only on the calls listed: each pass of the experiment runs the step once per run,
 # in a fixed order (with runs=3: the plain step under your config = calls 1-3, pinned = 4-6, instrumented = 7-9),
@@ -299,3 +299,32 @@ def test_git_bisect_run_finds_the_commit_that_made_the_step_nondeterministic_and
     assert f"{shas[4]} is the first bad commit" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
     log = _git(repo, "bisect", "log")
     assert f"# skip: [{shas[2]}]" in log  # the broken revision exited 125
+
+
+def test_a_step_that_returns_nothing_gets_a_verdict(run_step):
+    t = run_step("""
+        w = tf.Variable(tf.ones([4]), name="w")
+
+
+        @tf.function
+        def step(x):
+            w.assign_add(x * tf.random.uniform([4], name="noise"))
+
+
+        inputs = (tf.ones([4]),)
+        """, runs=3)
+    assert t.code == 1 and t.sources == ["noise/RandomUniform"]
+
+
+def test_a_keras_model_whose_x_is_a_dict_is_traced(tmp_path):
+    script = write_script(tmp_path, "two_inputs", """
+        import keras
+
+        keras.utils.set_random_seed(0)
+        a, b = keras.Input((4,), name="a"), keras.Input((4,), name="b")
+        model = keras.Model({"a": a, "b": b}, keras.layers.Dense(1)(keras.layers.Concatenate()([a, b])))
+        model.compile(optimizer="sgd", loss="mse")
+        data = ({"a": np.ones((8, 4), np.float32), "b": np.ones((8, 4), np.float32)}, np.ones((8, 1), np.float32))
+        """)
+    t = trace(script, tmp_path / "reports", runs=2)
+    assert t.code == 0 and t.record.meta.form == "keras" and t.csv.empty
