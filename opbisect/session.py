@@ -93,15 +93,15 @@ def run_trace(settings: TraceSettings, echo=print) -> int:
     settings.validate()
     folder = store.ReportFolder(settings.out, settings.script.stem, str(settings.script.resolve()))
     with folder.prepare():
-        record = across_processes(settings) if settings.processes > 1 else experiment(settings)
-        written = report.write(record, folder, html=settings.html)
+        record, files = (across_processes(settings), {}) if settings.processes > 1 else experiment(settings)
+        written = report.write(record, folder, html=settings.html, extra=files)
     for line in report.text.lines(record, written):
         echo(line)
     return record.facts.verdict.exit_code
 
 
-def experiment(settings: TraceSettings) -> Record:
-    """The whole in-process experiment, as a record."""
+def experiment(settings: TraceSettings) -> tuple[Record, dict]:
+    """The whole in-process experiment: the record, and the reproducers' files for the report folder."""
     from .targets.loader import importable
 
     started = time.time()
@@ -109,7 +109,7 @@ def experiment(settings: TraceSettings) -> Record:
         return _experiment(settings, started)
 
 
-def _experiment(settings: TraceSettings, started: float) -> Record:
+def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     from .capture import fingerprint
     from .capture import taps as capture
     from .execute.runner import Feeder, Runner, pinned_options
@@ -149,7 +149,8 @@ def _experiment(settings: TraceSettings, started: float) -> Record:
         options = pinned if choice.config == "pinned" else None
         analysed = analyse_steps(runner, trace, feeder, restored, start, capture.build(trace, taps, fp), fp,
                                  settings.runs, settings.magnitude_passes, options, results,
-                                 default_runs.differing_batches())
+                                 default_runs.differing_batches(), settings.replay_runs if settings.replay else 0,
+                                 "/device:GPU:0" if kind == "gpu" else "/device:CPU:0")
     meta = Meta(script=str(settings.script), script_path=str(settings.script.resolve()), form=target.form,
                 runs=settings.runs, steps=steps, metric_variables=metric_variables(target, trace),
                 fingerprinter=fp.name, fingerprint=fp.key, jit_compile=bool(trace.jit_compile),
@@ -158,14 +159,36 @@ def _experiment(settings: TraceSettings, started: float) -> Record:
     plain = pinned_runs if choice.config == "pinned" else default_runs
     record = Record(
         meta=meta, graph=trace.graph.to_json(), findings=findings, skipped=skipped, results=results,
-        default=default_runs, pinned=pinned_runs, fit=fit_runs, analyses=[a for a, _ in analysed], sources=[],
+        default=default_runs, pinned=pinned_runs, fit=fit_runs, analyses=[a for a, _, _ in analysed], sources=[],
         facts=Facts(verdict=facts.verdict(default_runs, fit_runs, None), grappler=choice,
                     observer=facts.observer_effect(plain.at(1), analysed[0][0].instrumented),
                     fit_replay=facts.fit_replay(fit_runs, default_runs, meta.metric_variables) if fit_runs else None))
-    per_step = [(a.step, c.sources, a.magnitudes) for a, c in analysed]
+    per_step = [(a.step, c.sources, a.magnitudes, a.replays) for a, c, _ in analysed]
     record.sources = rank(in_process_rows(trace.graph, per_step, settings.runs,
                                           plain_varies=record.facts.verdict.nondeterministic))
-    return record
+    inputs = {op: got for _, _, step_inputs in analysed for op, got in step_inputs.items()}
+    record.sources, files = reproducers(record, inputs, settings.replay_runs, kind)
+    return record, files
+
+
+def reproducers(record: Record, inputs: dict, runs: int, kind: str) -> tuple[list, dict]:
+    """A standalone reproducer for each replayed source: the sources naming theirs, and the files."""
+    from .replay import reproducer
+    from .replay.call import NotReplayable
+
+    sources, files = [], {}
+    for s in record.sources:
+        if s.op_name in inputs:
+            call, values, states = inputs[s.op_name]
+            try:
+                made = reproducer.files(call, values, states, rank=s.rank, script=record.meta.script, runs=runs,
+                                        device="/device:GPU:0" if kind == "gpu" else "/device:CPU:0")
+                s = dataclasses.replace(s, reproducer=next(p for p in made if p.endswith(".py")))
+                files.update(made)
+            except NotReplayable as exc:
+                s = dataclasses.replace(s, replay_note=f"{s.replay_note}; no reproducer: {exc}".lstrip("; "))
+        sources.append(s)
+    return sources, files
 
 
 def across_processes(settings: TraceSettings) -> Record:

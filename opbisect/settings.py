@@ -45,6 +45,9 @@ class TraceSettings:
                                "op (cuDNN autotuning, hash-seed-dependent tracing, unseeded initializers)",
                             minimum=1)
     magnitude_runs: int = option(0, "runs of the magnitude pass (default 0: as many as --runs)", minimum=0)
+    replay: bool = option(True, "do not replay each source alone on its recorded inputs (nor write reproducers)",
+                          flag="--no-replay")
+    replay_runs: int = option(20, "runs of each source alone on its recorded inputs", minimum=2)
     html: bool = option(False, "also write report.html, one self-contained page", flag="--html")
     progress: bool = option(True, "no progress display", flag="--no-progress")
 

@@ -71,3 +71,10 @@ def grappler_options(options: dict | None):
     finally:
         ctx._optimizer_experimental_options = previous
         ctx._thread_local_data.function_call_options = None  # as set_optimizer_experimental_options does
+
+
+def op_def(op_type: str):
+    """The registered OpDef of an op type (its argument names and attributes), or None."""
+    from tensorflow.python.framework import op_def_registry
+
+    return op_def_registry.get(op_type)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from ..ir.graph import OpGraph
 from ..ir.optypes import remedy
-from ..record.model import Magnitude, Source
+from ..record.model import Magnitude, Replay, Source
 from .compare import SourceOp
 
 
 def source_row(graph: OpGraph, found: SourceOp | None, *, op: str | None = None, kind: str | None = None,
                first_step: int, seen_across: str, runs: int, magnitude: Magnitude | None = None,
-               observer_effect: bool = False) -> Source:
+               observer_effect: bool = False, replay: Replay | None = None) -> Source:
     """A row for `found` (or for `op` where nothing was compared: a reorder that changed no value)."""
     op = found.op if found else op
     kind = kind or found.kind
@@ -27,19 +27,23 @@ def source_row(graph: OpGraph, found: SourceOp | None, *, op: str | None = None,
         source_location=graph.site(op) or graph.attrs(op).get("library_site", ""),
         known_remedy=remedy(op_type, kind), observer_effect=observer_effect,
         position=graph.position[op], tensors=list(found.tensors) if found else [],
+        replay_distinct=replay.distinct if replay and replay.runs else None,
+        replay_runs=replay.runs if replay and replay.runs else None, replay_note=replay.note if replay else "",
     )
 
 
-def in_process_rows(graph: OpGraph, per_step: list[tuple[int, list[SourceOp], dict[str, Magnitude]]], runs: int,
+def in_process_rows(graph: OpGraph, per_step: list[tuple[int, list[SourceOp], dict[str, Magnitude],
+                                                         dict[str, Replay]]], runs: int,
                     plain_varies: bool) -> list[Source]:
     """One row per source op, at the first step whose analysis names it. A source whose difference reaches the
     step's result while the uninstrumented step never varied is an observer effect."""
     rows, seen = [], set()
-    for step, found, magnitudes in per_step:
+    for step, found, magnitudes, replays in per_step:
         for s in found:
             if s.op not in seen:
                 seen.add(s.op)
                 rows.append(source_row(graph, s, first_step=step, seen_across="runs", runs=runs,
                                        magnitude=magnitudes.get(s.op),
-                                       observer_effect=s.affects_result and not plain_varies))
+                                       observer_effect=s.affects_result and not plain_varies,
+                                       replay=replays.get(s.op)))
     return rows

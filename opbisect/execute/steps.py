@@ -12,15 +12,21 @@ from __future__ import annotations
 from ..analysis.compare import Comparison, compare
 from ..analysis.magnitude import of_source
 from ..capture import taps as capture
+from ..ir.ids import state_id
 from ..record.model import StepAnalysis
+from ..replay.call import NotReplayable, op_call
+from ..replay.rerun import not_replayed, replay
 from .runner import Feeder, Runner
 from .snapshot import Snapshot
 
 
 def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: Snapshot, inst, fingerprinter,
-                  runs: int, magnitude_runs: int, options, results: list[str],
-                  differing_batches: list[int] = ()) -> list[tuple[StepAnalysis, Comparison]]:
+                  runs: int, magnitude_runs: int, options, results: list[str], differing_batches: list[int] = (),
+                  replay_runs: int = 0, device: str = "/device:CPU:0") -> list[tuple[StepAnalysis, Comparison, dict]]:
+    """Per step: its analysis, its comparison, and {source op: (OpCall, input values, states)} of the sources
+    replayed alone (what their reproducers need)."""
     analyses, seen = [], set()
+    node_defs = {n.name: n for n in trace.graph_def.node}
     runner.restore(start)
     reference = list(feeder.run())
     snapshot = start
@@ -39,18 +45,59 @@ def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: 
         comparison = compare(trace.graph, ins.taps, ins.fps, ins.before, results)
         new = [s for s in comparison.sources if s.op not in seen]
         seen.update(s.op for s in new)
-        magnitudes = {}
-        full = [t for s in new for t in s.tensors]
+        replays, calls = {}, {}
+        if replay_runs:
+            calls, replays = _replay_calls(trace.graph, node_defs, new, snapshot)
+        full = list(dict.fromkeys([t for s in new for t in s.tensors]
+                                  + [t for c, pre in calls.values() for t in c.captured + list(pre.values()) if t]))
+        magnitudes, inputs = {}, {}
         if full:
             _, arrays = runner.instrumented(capture.build(trace, [], fingerprinter, full), snapshot, args_for_run,
                                             magnitude_runs, options, "magnitudes of the sources")
             column = {t: [run[i] for run in arrays] for i, t in enumerate(full)}
-            magnitudes = {s.op: of_source([column[t] for t in s.tensors]) for s in new}
+            magnitudes = {s.op: of_source([column[t] for t in s.tensors]) for s in new if s.tensors}
+            for op, (call, pre) in calls.items():
+                values = {t: column[t][0] for t in call.captured}
+                states = {v: column[t][0] if t else _saved(snapshot, v) for v, t in pre.items()}
+                replays[op] = replay(call, values, states, replay_runs, device)
+                inputs[op] = (call, values, states)
         analyses.append((StepAnalysis(step=k, instrumented=ins, differing=comparison.differing,
-                                      magnitudes=magnitudes, magnitude_runs=magnitude_runs if full else 0),
-                         comparison))
+                                      magnitudes=magnitudes, magnitude_runs=magnitude_runs if full else 0,
+                                      replays=replays), comparison, inputs))
         if k < len(reference):  # advance the reference trajectory by one plain step
             runner.restore(snapshot)
             runner.call(args)
             snapshot = Snapshot(restored)
     return analyses
+
+
+REPLAYED_KINDS = ("op", "write", "random")  # input and state sources vary because of what feeds them
+
+
+def _replay_calls(graph, node_defs: dict, sources, snapshot: Snapshot):
+    """({op: (OpCall, {variable: tensor id of its state before the op, or "" for the snapshot's})}, {op: Replay
+    of the sources that cannot be replayed})."""
+    calls, refused = {}, {}
+    for s in sources:
+        if s.kind not in REPLAYED_KINDS:
+            continue
+        try:
+            call = op_call(graph, node_defs[s.op], s.op)
+            if any(graph.dtype(t) in ("variant", "resource") for t in call.captured):
+                raise NotReplayable("an input is a variant or a resource that is not a variable")
+            pre = {}
+            for var in call.variables:
+                writes = graph.prior_writes(s.op, var)
+                if not writes and var not in snapshot.keys:
+                    raise NotReplayable(f"the variable {var} is not restored between runs")
+                last = writes[-1] if writes else None
+                pre[var] = next((state_id(last, slot) for slot, v in graph.written(last) if v == var), "") \
+                    if last else ""
+            calls[s.op] = (call, pre)
+        except NotReplayable as exc:
+            refused[s.op] = not_replayed(exc)
+    return calls, refused
+
+
+def _saved(snapshot: Snapshot, var: str):
+    return snapshot.saved[snapshot.keys.index(var)].numpy()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from functools import cached_property
 
-RECORD_VERSION = 3
+RECORD_VERSION = 4
 
 
 @dataclasses.dataclass
@@ -97,6 +97,19 @@ class Magnitude:
 
 
 @dataclasses.dataclass
+class Replay:
+    """A source run alone on its recorded inputs: how many distinct results in how many runs."""
+
+    runs: int  # 0: not replayed (note says why)
+    distinct: int
+    note: str = ""
+
+    @property
+    def confirmed(self) -> bool:
+        return self.distinct > 1
+
+
+@dataclasses.dataclass
 class StepAnalysis:
     """The op-level analysis of one step, from the identical state before it."""
 
@@ -105,6 +118,7 @@ class StepAnalysis:
     differing: list[str]  # tensor ids whose fingerprint differs between runs
     magnitudes: dict[str, Magnitude]  # op id of a new source -> its magnitude
     magnitude_runs: int
+    replays: dict[str, Replay] = dataclasses.field(default_factory=dict)  # op id of a new source -> alone
 
 
 @dataclasses.dataclass
@@ -128,6 +142,10 @@ class Source:
     source_location: str
     known_remedy: str
     observer_effect: bool  # seen only in the instrumented step: not a finding about the user's step
+    replay_distinct: int | None = None  # distinct results of the op run alone on its recorded inputs
+    replay_runs: int | None = None  # how many runs alone (None: not replayed; replay_note says why)
+    reproducer: str = ""  # the standalone script in the report folder (repro/<rank>_<op_type>.py)
+    replay_note: str = dataclasses.field(default="", metadata={"csv": False})
     position: int = dataclasses.field(default=0, metadata={"csv": False})  # in the graph's topological order
     tensors: list[str] = dataclasses.field(default_factory=list, metadata={"csv": False})  # what differed
 

@@ -142,6 +142,7 @@ class ReportFolder:
     def write(self, name: str, content: str | bytes) -> None:
         mode = "wb" if isinstance(content, bytes) else "w"
         try:
+            (self.staging / name).parent.mkdir(parents=True, exist_ok=True)
             with open(self.staging / name, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as fh:
                 fh.write(content)
         except OSError as exc:

@@ -31,10 +31,12 @@ def reporters(html: bool = False) -> list[Reporter]:
     return views
 
 
-def write(record: Record, folder: store.ReportFolder, html: bool = False) -> Path:
-    """Render every view into the staged folder, then move it into place as one unit."""
+def write(record: Record, folder: store.ReportFolder, html: bool = False,
+          extra: dict[str, str | bytes] | None = None) -> Path:
+    """Render every view into the staged folder (with `extra` files: the reproducers), then move it into place as
+    one unit."""
     views = [(r.filename, r.render(record)) for r in reporters(html)]  # render all before writing any
     folder.write(store.RECORD, json.dumps(store.to_json(record)))
-    for name, content in views:
+    for name, content in views + list((extra or {}).items()):
         folder.write(name, content)
     return folder.commit()

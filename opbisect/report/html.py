@@ -111,7 +111,8 @@ def _sources(record: Record) -> str:
 def _detail(s: Source) -> str:
     """Where the op was created and what to do, on a row of its own under the source's numbers."""
     parts = ([f"created at <code>{escape(s.source_location)}</code>"] if s.source_location else []) + \
-        ([f"remedy: {escape(s.known_remedy)}"] if s.known_remedy else [])
+        ([f"remedy: {escape(s.known_remedy)}"] if s.known_remedy else []) + \
+        ([f"alone: {escape(text.replay_line(s))}"] if text.replay_line(s) else [])
     return f'<tr class="detail"><td></td><td colspan="{len(_COLUMNS) - 1}">{"; ".join(parts)}</td></tr>' \
         if parts else ""
 

@@ -95,7 +95,23 @@ def source_lines(record: Record, s: Source) -> list[str]:
         lines.append(f"     at {s.source_location}")
     if s.known_remedy:
         lines.append(f"     remedy: {s.known_remedy}")
+    alone = replay_line(s)
+    if alone:
+        lines.append(f"     alone: {alone}")
     return lines
+
+
+def replay_line(s: Source) -> str:
+    """What the source did when run alone on its recorded inputs, and where its reproducer is."""
+    if s.replay_runs:
+        said = (f"{s.replay_distinct} distinct results in {s.replay_runs} runs: confirmed alone"
+                if s.replay_distinct > 1 else
+                f"1 result in {s.replay_runs} runs: did not vary alone (the variation needs its context: concurrency "
+                f"with other ops, memory layout, a neighbour)")
+    else:
+        said = ""
+    parts = [p for p in (said, s.replay_note, f"reproducer {s.reproducer}" if s.reproducer else "") if p]
+    return "; ".join(parts)
 
 
 def lines(record: Record, folder: Path | None = None) -> list[str]:

@@ -1,0 +1,1 @@
+"""Replay a source alone, and write it as a standalone reproducer."""

@@ -1,0 +1,88 @@
+"""A standalone reproducer per source: `repro/<rank>_<op_type>.py` and its inputs, `repro/<rank>_<op_type>.npz`.
+
+The script imports only TensorFlow and NumPy (and the standard library), rebuilds the op as a `tf.raw_ops` call
+with its attributes and device, runs it K times on the recorded inputs and exits 1 if the results differ: what
+TensorFlow's maintainers ask for in a determinism report.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from .call import NotReplayable, OpCall
+
+LIMIT_BYTES = 256 * 2**20  # inputs larger than this are not saved (the reproducer is skipped, and says so)
+
+TEMPLATE = '''"""Reproducer written by opbisect for {op} ({op_type}): source #{rank} of {script}.
+
+It runs the op alone {runs} times on the inputs it had in the step (saved beside this file, {npz}), on
+{device}, and prints how many distinct results it gave: exit 1 if they differ, 0 if not.
+Needs only TensorFlow and NumPy:  python {name}
+"""
+import hashlib
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+RUNS = {runs}
+saved = np.load(__file__[:-3] + ".npz")
+
+with tf.device({device!r}):
+{variables}    args = dict({kwargs})
+    digests = set()
+    for _ in range(RUNS):
+{restore}        out = tf.raw_ops.{op_type}(**args)
+        results = [t.numpy() for t in tf.nest.flatten(out) if hasattr(t, "numpy")]{states}
+        h = hashlib.sha256()
+        for a in results:
+            h.update(a.dtype.str.encode() + str(a.shape).encode() + np.ascontiguousarray(a).tobytes())
+        digests.add(h.hexdigest())
+print(f"{op_type}: {{len(digests)}} distinct results in {{RUNS}} runs on {device}")
+sys.exit(1 if len(digests) > 1 else 0)
+'''
+
+
+def _render(value) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_render(v) for v in value) + "]"
+    return repr(value)  # tf.DType's repr is "tf.float32"
+
+
+def files(call: OpCall, values: dict, states: dict, *, rank: int, script: str, runs: int,
+          device: str) -> dict[str, str | bytes]:
+    """{relative path: content} of the reproducer; NotReplayable when it cannot be written."""
+    if call.op_type in ("PyFunc", "EagerPyFunc", "PyFuncStateless"):
+        raise NotReplayable("it runs Python code of your process, which a script cannot rebuild")
+    arrays, names = {}, {}
+    for i, t in enumerate(call.captured):
+        names[t] = f"in_{i}"
+        arrays[names[t]] = values[t]
+    for j, v in enumerate(call.variables):
+        names[v] = f"state_{j}"
+        arrays[names[v]] = states[v]
+    size = sum(np.asarray(a).nbytes for a in arrays.values())
+    if size > LIMIT_BYTES:
+        raise NotReplayable(f"its inputs take {size / 2**20:.0f} MiB (the limit is {LIMIT_BYTES // 2**20} MiB)")
+    kwargs = []
+    for a in call.args:
+        if a.variable:
+            kwargs.append(f"{a.name}=var_{names[a.variable]}.handle")
+        elif a.is_list:
+            kwargs.append(f"{a.name}=[" + ", ".join(f'tf.constant(saved["{names[t]}"])' for t in a.tensors) + "]")
+        else:
+            kwargs.append(f'{a.name}=tf.constant(saved["{names[a.tensors[0]]}"])')
+    kwargs += [f"{k}={_render(v)}" for k, v in call.attrs.items()]
+    variables = "".join(f'    var_{names[v]} = tf.Variable(saved["{names[v]}"])  # `{v}` right before the op\n'
+                        for v in call.variables)
+    restore = "".join(f'        var_{names[v]}.assign(saved["{names[v]}"])\n' for v in call.variables)
+    states = "".join(f" + [var_{names[v]}.numpy()]" for v in call.variables)
+    base = f"{rank}_{call.op_type}"
+    text = TEMPLATE.format(op=call.op, op_type=call.op_type, rank=rank, script=script, runs=runs,
+                           device=call.device or device, npz=f"{base}.npz", name=f"{base}.py", variables=variables,
+                           kwargs=", ".join(kwargs), restore=restore, states=states)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return {f"repro/{base}.py": text, f"repro/{base}.npz": buf.getvalue()}
