@@ -3,11 +3,13 @@
 # (../shared/gpu/README.md). Phases, each under the device's 10-minute call limit:
 #   bash reports/h200/run_examples.sh examples   # the fused-op build and check, then every example
 #   bash reports/h200/run_examples.sh controls   # the *_opdet controls, then --processes and the observer check
-# Writes $OUT/h200/: one report folder per step (--html), <name>.txt (what the terminal showed), exits.txt;
-# and packs it into $OUT/h200-<phase>.tgz (the device returns at most 8 files).
+#   bash reports/h200/run_examples.sh reproducers  # every reproducer the examples wrote, each in a fresh process
+# Writes $RESULTS (default $OUT/h200): one report folder per step (--html), <name>.txt (what the terminal showed),
+# exits.txt, reproducers.txt; packs it (without the reproducers' .npz inputs) into $OUT/h200-<phase>.tgz, the
+# device returning at most 8 files of 16 MiB. PACK=0 keeps it in place for the next phase instead.
 set -u
 PHASE=${1:-examples}
-R=${OUT:-/tmp/out}/h200; mkdir -p "$R"
+R=${RESULTS:-${OUT:-/tmp/out}/h200}; mkdir -p "$R"
 export OPBISECT_CACHE=${OPBISECT_CACHE:-/root/opbisect-cache} PYTHONUNBUFFERED=1
 FP=auto
 if [ "$PHASE" = examples ]; then
@@ -24,7 +26,12 @@ trace() {  # name script [args]
   echo "$name exit=$? seconds=$(( $(date +%s) - start ))" | tee -a "$R/exits.txt"
 }
 W=/tmp/opbisect_wrappers; mkdir -p $W
-if [ "$PHASE" = examples ]; then
+if [ "$PHASE" = reproducers ]; then
+  for f in "$R"/*/repro/*.py; do
+    start=$(date +%s); timeout 120 python3 "$f" > /tmp/repro.out 2>&1; code=$?
+    echo "${f#$R/} exit=$code seconds=$(( $(date +%s) - start )): $(tail -1 /tmp/repro.out)" | tee -a "$R/reproducers.txt"
+  done
+elif [ "$PHASE" = examples ]; then
   for ex in embedding_sgd bert_like bert_like_determinism bert_like_fit scatter_segment_resize conv2d_net; do
     trace "$ex" "examples/$ex.py"
   done
@@ -36,4 +43,6 @@ else
   W=$W FP=$FP bash reports/h200/run_processes.sh
   W=$W bash reports/h200/run_observer.sh
 fi
-tar czf "${OUT:-/tmp/out}/h200-$PHASE.tgz" -C "${OUT:-/tmp/out}" h200 && rm -rf "$R"
+if [ "${PACK:-1}" != 0 ]; then
+  tar czf "${OUT:-/tmp/out}/h200-$PHASE.tgz" --exclude='*.npz' -C "$(dirname "$R")" "$(basename "$R")" && rm -rf "$R"
+fi
