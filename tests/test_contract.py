@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from opbisect.analysis import preflight
 from opbisect.cli import main
+from opbisect.record.model import RECORD_VERSION
 
 from conftest import ROOT, trace, write_script
 
@@ -133,7 +134,9 @@ def test_an_internal_error_is_never_a_verdict(capsys, monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("content, why", [
     ("[]", "JSON an array"), ("null", "JSON null"), ("42", "JSON a number"), ("{", "not JSON"),
-    ("[" * 100000 + "]" * 100000, "nested too deeply"), ('{"version": 3, "meta": {}}', "not a valid"),
+    ("[" * 100000 + "]" * 100000, "nested too deeply"),
+    (f'{{"version": {RECORD_VERSION}, "meta": {{}}}}', "not a valid"),
+    ('{"version": 1}', "of version"),
 ])
 def test_report_refuses_what_is_no_record_with_one_line_and_exit_128(capsys, tmp_path, content, why):
     bogus = tmp_path / "x.json"
