@@ -36,6 +36,11 @@ def function_graph(graph, name: str):
     return None
 
 
+def creation_order(variable) -> int:
+    """A number that grows with each variable created in this process (its unique id's counter)."""
+    return int(str(variable._unique_id).rpartition("_")[2] or 0)
+
+
 def jit_compile(function) -> bool | None:
     """A tf.function's jit_compile setting."""
     return getattr(function, "_jit_compile", None)

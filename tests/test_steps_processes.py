@@ -196,3 +196,38 @@ def test_alignment_tells_a_reordered_sum_from_a_different_graph():
     d = graph_of(ops + [("sum", "Sub", ["sin", "cos"])], roles)  # non-commutative ops keep their order
     e = graph_of(ops + [("sum", "Sub", ["cos", "sin"])], roles)
     assert align(d, e).only_a == ["sum"]
+
+
+DUPLICATE_NAMES = """
+import keras
+
+keras.utils.set_random_seed(0)
+
+
+class Block(keras.layers.Layer):
+    # Dense layers created inside a custom layer: their variables share the names kernel and bias.
+    def __init__(self):
+        super().__init__()
+        self.layers_ = [keras.layers.Dense(4) for _ in range(3)]
+
+    def call(self, x):
+        for layer in self.layers_:
+            x = layer(x)
+        return x
+
+
+model = keras.Sequential([keras.Input((4,)), Block(), keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse")
+data = (np.linspace(0, 1, 32, dtype=np.float32).reshape(8, 4), np.ones((8, 1), np.float32))
+"""
+
+
+def test_variables_sharing_a_name_pair_up_across_processes_by_creation_order(tmp_path):
+    script = write_script(tmp_path, "duplicate_names", DUPLICATE_NAMES)
+    done = cli("trace", str(script), "--runs", "2", "--processes", "2", "--out", str(tmp_path), "--no-progress",
+               env=_no_hash_seed(), clear_env=True)
+    record = store.load(tmp_path / "duplicate_names")
+    names = [k.partition("#")[0] for k in record.meta.initial_state]
+    assert len(names) > len(set(names))  # several variables do share a name
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not record.processes.differs and record.sources == []

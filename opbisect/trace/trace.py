@@ -89,9 +89,11 @@ def attrs_digest(node) -> str:
 
 
 def variable_keys(variables) -> dict[int, str]:
-    """id(variable) -> a key naming it, stable across processes: its name, made unique in name order."""
+    """id(variable) -> a key naming it, stable across processes: its name, and where several variables share a
+    name (layers nested in a custom layer), `#2`, `#3`... in the order they were created. The order in which the
+    step captures them is no key: it can follow Python's hash order, which differs between processes."""
     keys, seen = {}, {}
-    for v in sorted(variables, key=lambda v: v.name):
+    for v in sorted(variables, key=lambda v: (v.name, tfcompat.creation_order(v))):
         base = v.name[:-2] if v.name.endswith(":0") else v.name
         n = seen.get(base, 0)
         seen[base] = n + 1
