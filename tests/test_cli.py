@@ -154,3 +154,19 @@ def test_report_of_a_file_that_is_no_record_exits_128(capsys, tmp_path):
     bogus.write_text('{"version": 99}')
     code, _, err = run_main(capsys, "report", str(bogus))
     assert code == 128 and "is not an opbisect record" in err
+
+
+def test_every_option_reaches_a_child_process_unchanged():
+    import dataclasses
+    from pathlib import Path
+
+    from opbisect.cli import _parser
+    from opbisect.settings import TraceSettings
+
+    changed = TraceSettings(script=Path("a b/step.py"), runs=7, out=Path("o"), step_name="s", inputs_name="i",
+                            device="cpu", pin_grappler=False, fingerprint="wsum", steps=3, processes=2,
+                            magnitude_runs=4, replay=False, replay_runs=9, html=True, progress=False)
+    defaults = {f.name: f.default for f in dataclasses.fields(TraceSettings)}
+    assert all(getattr(changed, k) != v for k, v in defaults.items() if k != "script")  # every option is set
+    again = TraceSettings.from_namespace(_parser().parse_args(["trace", *changed.to_argv()]))
+    assert again == changed
