@@ -290,3 +290,20 @@ def test_the_console_script_is_ours_however_its_path_is_spelled(tmp_path, monkey
     frames = [traceback.FrameSummary(str(script), 8, "<module>"),
               traceback.FrameSummary("/venv/lib/site-packages/keras/src/optimizers/sgd.py", 123, "update_step")]
     assert pick_sites(frames, entry="bin/opbisect") == ("", "sgd.py:123 in update_step")
+
+
+def test_a_keras_lstm_loop_uses_only_state_opbisect_restores(tmp_path):
+    from conftest import trace
+
+    script = write_script(tmp_path, "lstm", """
+        import keras
+
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((5,), dtype="int32"), keras.layers.Embedding(20, 4),
+                                  keras.layers.LSTM(3), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        data = (np.arange(40, dtype=np.int32).reshape(8, 5) % 20, np.ones((8, 1), np.float32))
+        """)
+    t = trace(script, tmp_path / "r", runs=2)
+    assert any(t.record.op_graph.op_type(op).endswith("While") for op in t.record.op_graph.ops)
+    assert not [f for f in t.record.findings if "cannot restore" in f.message]

@@ -101,6 +101,19 @@ def variable_keys(variables) -> dict[int, str]:
     return keys
 
 
+def handle_source(t):
+    """Where a resource handle comes from: through Identity and IdentityN, and through a loop (a While's output k
+    is its loop variable k, the handle it was given)."""
+    while True:
+        op = t.op
+        if op.type == "Identity" and op.inputs:
+            t = op.inputs[0]
+        elif op.type == "IdentityN" or (optypes.has(op.type, optypes.CONTROL_FLOW) and "While" in op.type):
+            t = op.inputs[t.value_index]
+        else:
+            return t
+
+
 def concrete_function(target: Target, args: tuple):
     try:
         return target.step.get_concrete_function(*args)
@@ -134,7 +147,6 @@ def trace_step(target: Target, args: tuple) -> Trace:
     with scratch.as_default():
         tf.graph_util.import_graph_def(flat_gd, name="")
     graph = OpGraph()
-    identity_like = {"Identity", "IdentityN"}
     nodes = {n.name: n for n in flat_gd.node}
     roles = {t.op.name: f"arg:{i}" for i, t in enumerate(fg.inputs[:n_args])}
     roles.update({inn.op.name: (f"var:{var_of_placeholder[inn.op.name]}" if inn.op.name in var_of_placeholder
@@ -157,10 +169,7 @@ def trace_step(target: Target, args: tuple) -> Trace:
         for slot, t in enumerate(op.inputs):
             if t.dtype != tf.resource:
                 continue
-            src = t.op
-            while src.type in identity_like and src.inputs:  # resource handles pass through Identity
-                src = src.inputs[t.value_index if src.type == "IdentityN" else 0].op
-            var = var_of_placeholder.get(src.name, OPAQUE_STATE)
+            var = var_of_placeholder.get(handle_source(t).op.name, OPAQUE_STATE)
             resources.append((slot, var))
             if var != OPAQUE_STATE:
                 res_dtypes[str(slot)] = variables[var].dtype.name
