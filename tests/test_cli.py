@@ -170,3 +170,25 @@ def test_every_option_reaches_a_child_process_unchanged():
     assert all(getattr(changed, k) != v for k, v in defaults.items() if k != "script")  # every option is set
     again = TraceSettings.from_namespace(_parser().parse_args(["trace", *changed.to_argv()]))
     assert again == changed
+
+
+def test_a_keras_model_that_cannot_be_built_shows_keras_own_message(capsys, tmp_path):
+    path = write_script(tmp_path, "no_call", """
+        import keras
+
+
+        class NoCall(keras.Model):  # a custom train_step and no call(), as in the keras-io GAN
+            def __init__(self):
+                super().__init__()
+                self.dense = keras.layers.Dense(1)
+
+            def train_step(self, data):
+                return {}
+
+
+        model = NoCall()
+        model.compile(optimizer="sgd")
+        data = (np.ones((4, 2), np.float32), np.ones((4, 1), np.float32))
+        """)
+    code, _, err = run_main(capsys, "trace", str(path), "--out", str(tmp_path / "r"))
+    assert code == 125 and "Unable to automatically build the model" in err.splitlines()[-1]

@@ -197,7 +197,7 @@ def _keras_step(model, batch: tuple, path: Path):
         # traced step creates none and the snapshot holds all of them.
         tfcompat.build_keras_model(model, batch)
     except Exception as exc:
-        raise TargetError(f"{path}: building `model` on `data` raised {type(exc).__name__}",
+        raise TargetError(f"{path}: building `model` on `data` raised {error_summary(exc)}",
                           user_traceback(exc, path)) from None
 
     def train_step(*data_batch):
