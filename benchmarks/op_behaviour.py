@@ -14,6 +14,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -94,7 +95,8 @@ def measure(device: str, runs: int, determinism: bool) -> dict:
                     digests.add(hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)).hexdigest())
                 out[name] = {"distinct": len(digests), "ms": 1e3 * statistics.median(times)}
             except Exception as exc:  # noqa: BLE001 - what TensorFlow raises is the finding
-                out[name] = {"raises": f"{type(exc).__name__}: {str(exc).splitlines()[0][:90]}"}
+                said = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", str(exc)).splitlines()[0]
+                out[name] = {"raises": f"raises {type(exc).__name__}: {said[:110]}"}
     return out
 
 
