@@ -95,3 +95,10 @@ def test_tensor_ids_keep_their_parts():
     for bad in ["noport", "op:x", "op:res", ":1", "op:1@x"]:
         with pytest.raises(ValueError):
             TensorRef.parse(bad)
+
+
+def test_a_deterministic_verdict_states_how_rare_a_hidden_difference_can_be():
+    assert facts.verdict(SAME, None, None).rate_bound == pytest.approx(1 - 0.05 ** (1 / 3))
+    twenty = trajectory(*[[5]] * 20)
+    assert facts.verdict(twenty, None, None).rate_bound == pytest.approx(0.139, abs=1e-3)
+    assert facts.verdict(VARIES, None, None).rate_bound is None

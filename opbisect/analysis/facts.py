@@ -61,7 +61,12 @@ def verdict(default: Trajectory, fit: Trajectory | None, processes: CrossProcess
         evidence.append(f"across {processes.processes} processes the results differ from step "
                         f"{processes.first_differing_step}")
     found = bool(evidence)
-    return Verdict(nondeterministic=found, exit_code=EXIT_FOUND if found else EXIT_CLEAN, evidence=evidence)
+    bound = None if found else 1 - MISS ** (1 / max(default.runs, 1))
+    return Verdict(nondeterministic=found, exit_code=EXIT_FOUND if found else EXIT_CLEAN, evidence=evidence,
+                   rate_bound=bound)
+
+
+MISS = 0.05  # a deterministic verdict's rate bound is stated at 95% confidence
 
 
 def observer_effect(plain: Runs, instrumented: InstrumentedRuns) -> ObserverEffect:

@@ -175,6 +175,9 @@ class Verdict:
     nondeterministic: bool
     exit_code: int  # 0 or 1
     evidence: list[str]  # what was seen, each a short clause: the reason for the verdict
+    # deterministic verdicts: the smallest share of runs in which a difference, had it fired that often, would have
+    # shown in these identical runs with 95% confidence: 1 - 0.05 ** (1 / runs)
+    rate_bound: float | None = None
 
 
 @dataclasses.dataclass

@@ -144,7 +144,10 @@ def sources_lines(record: Record) -> list[str]:
     if not record.sources:
         if record.facts.verdict.nondeterministic:
             return ["no source found although the step varies: see the notes above"]
-        return [f"no source found: nothing differed in {record.runs} runs; a race that fires more rarely can hide "
+        bound = record.facts.verdict.rate_bound
+        odds = f" a difference that fires in more than {100 * bound:.0f}% of runs would have shown (95% confidence); " \
+            if bound is not None else " "
+        return [f"no source found: nothing differed in {record.runs} runs;{odds}a race that fires more rarely can hide "
                 f"(more --runs look harder)"]
     out = [f"{len(record.sources)} source(s), ranked (what to fix first):"]
     for s in record.sources:
