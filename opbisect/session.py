@@ -51,6 +51,11 @@ def setup_tensorflow(device: str):
     return tf, ("gpu" if gpus and device != "cpu" else "cpu")
 
 
+def device_name(kind: str) -> str:
+    """The TensorFlow device a replay runs on: the step's own kind of device."""
+    return "/device:GPU:0" if kind == "gpu" else "/device:CPU:0"
+
+
 def environment(tf, kind: str) -> dict:
     build = tf.sysconfig.get_build_info()
     info = {"tf_version": tf.__version__, "python": platform.python_version(), "device": kind.upper(),
@@ -150,7 +155,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
         analysed = analyse_steps(runner, trace, feeder, restored, start, capture.build(trace, taps, fp), fp,
                                  settings.runs, settings.magnitude_passes, options, results,
                                  default_runs.differing_batches(), settings.replay_runs if settings.replay else 0,
-                                 "/device:GPU:0" if kind == "gpu" else "/device:CPU:0")
+                                 device_name(kind))
     meta = Meta(script=str(settings.script), script_path=str(settings.script.resolve()), form=target.form,
                 runs=settings.runs, steps=steps, metric_variables=metric_variables(target, trace),
                 fingerprinter=fp.name, fingerprint=fp.key, jit_compile=bool(trace.jit_compile),
@@ -182,7 +187,7 @@ def reproducers(record: Record, inputs: dict, runs: int, kind: str) -> tuple[lis
             call, values, states = inputs[s.op_name]
             try:
                 made = reproducer.files(call, values, states, rank=s.rank, script=record.meta.script, runs=runs,
-                                        device="/device:GPU:0" if kind == "gpu" else "/device:CPU:0")
+                                        device=device_name(kind))
                 s = dataclasses.replace(s, reproducer=next(p for p in made if p.endswith(".py")))
                 files.update(made)
             except NotReplayable as exc:

@@ -104,10 +104,6 @@ class Replay:
     distinct: int
     note: str = ""
 
-    @property
-    def confirmed(self) -> bool:
-        return self.distinct > 1
-
 
 @dataclasses.dataclass
 class StepAnalysis:
