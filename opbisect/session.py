@@ -247,7 +247,7 @@ def rerun_report(path: Path, out: Path | None = None, html: bool = False, echo=p
         return record.facts.verdict.exit_code
     folder = store.ReportFolder(out, record.stem, record.meta.script_path)
     with folder.prepare():
-        written = report.write(record, folder, html=html)
+        written = report.write(record, folder, html=html, extra=store.reproducers_of(path))
     for line in report.text.lines(record, written):
         echo(line)
     return record.facts.verdict.exit_code

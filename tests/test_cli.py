@@ -37,8 +37,10 @@ def test_cli_subprocess_names_the_planted_op_and_report_remakes_the_same_csv(tmp
     again = cli("report", str(tmp_path / "r" / "noisy"), "--out", str(tmp_path / "again"))
     assert again.returncode == 1, again.stderr
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again" / "noisy" / "sources.csv"), csv)
+    assert (tmp_path / "again" / "noisy" / "repro" / "1_RandomUniform.py").exists()  # the reproducer comes along
     in_place = cli("report", str(tmp_path / "r" / "noisy" / "record.json"), "--html")
     assert in_place.returncode == 1 and (tmp_path / "r" / "noisy" / "report.html").exists()
+    assert (tmp_path / "r" / "noisy" / "repro" / "1_RandomUniform.npz").exists()
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["noisy"]
 
 

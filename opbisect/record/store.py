@@ -92,6 +92,16 @@ def _check_consistent(record: Record, where: str) -> None:
         raise RecordError(f"{where} is not a usable opbisect record ({'; '.join(problems)})")
 
 
+def reproducers_of(path: Path) -> dict[str, bytes]:
+    """The reproducers of the report folder that holds `path` (a report folder or its record.json), by their path
+    in the folder: a re-made report keeps them."""
+    folder = path if path.is_dir() else path.parent
+    repro = folder / "repro"
+    if path.is_file() and path.name != RECORD or not repro.is_dir():
+        return {}
+    return {f"repro/{p.name}": p.read_bytes() for p in sorted(repro.iterdir()) if p.is_file()}
+
+
 def script_of(folder: Path) -> str | None:
     """The resolved script path a report folder belongs to, or None if it holds no opbisect report."""
     try:
