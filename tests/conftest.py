@@ -22,6 +22,21 @@ import tensorflow as tf
 """
 
 
+# A planted source: an unseeded random op, a fresh draw in every run, whatever the machine's load.
+NOISE_STEP = """
+w = tf.Variable(tf.ones([4]), name="w")
+
+
+@tf.function
+def step(x):
+    w.assign_sub(0.1 * tf.random.uniform([4], name="noise") * x)
+    return tf.reduce_sum(w)
+
+
+inputs = (tf.ones([4]),)
+"""
+
+
 @dataclasses.dataclass
 class Traced:
     code: int

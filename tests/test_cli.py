@@ -7,7 +7,7 @@ import pytest
 
 from opbisect.cli import main
 
-from conftest import EXAMPLES, cli, write_script
+from conftest import EXAMPLES, NOISE_STEP, cli, write_script
 
 
 def run_main(capsys, *args) -> tuple[int, str, str]:
@@ -17,18 +17,7 @@ def run_main(capsys, *args) -> tuple[int, str, str]:
 
 
 def test_cli_subprocess_names_the_planted_op_and_report_remakes_the_same_csv(tmp_path):
-    script = write_script(tmp_path, "noisy", """
-        w = tf.Variable(tf.ones([4]), name="w")
-
-
-        @tf.function
-        def step(x):
-            w.assign_sub(0.1 * tf.random.uniform([4], name="noise") * x)  # no seed: a fresh draw every run
-            return tf.reduce_sum(w)
-
-
-        inputs = (tf.ones([4]),)
-        """)
+    script = write_script(tmp_path, "noisy", NOISE_STEP)
     done = cli("trace", str(script), "--runs", "3", "--out", str(tmp_path / "r"), "--no-progress")
     assert done.returncode == 1, done.stderr
     csv = pd.read_csv(tmp_path / "r" / "noisy" / "sources.csv")

@@ -3,20 +3,7 @@ conftest.trace for every source that varied alone)."""
 
 from __future__ import annotations
 
-from conftest import until_it_fires
-
-NOISE = """
-w = tf.Variable(tf.ones([4]), name="w")
-
-
-@tf.function
-def step(x):
-    w.assign_sub(0.1 * tf.random.uniform([4], name="noise") * x)
-    return tf.reduce_sum(w)
-
-
-inputs = (tf.ones([4]),)
-"""
+from conftest import NOISE_STEP, until_it_fires
 
 # use_mode varies on identical inputs in the step because set_mode, which runs first, draws a new mode each run.
 # Alone, nothing changes the mode: it does not vary. A source that needs its context.
@@ -69,7 +56,7 @@ inputs = (updates, rows)
 
 
 def test_a_random_op_varies_alone_and_its_reproducer_reproduces(run_step, tmp_path):
-    t = run_step(NOISE, runs=3, replay_runs=5)
+    t = run_step(NOISE_STEP, runs=3, replay_runs=5)
     row = t.row("noise/RandomUniform")
     assert (row["replay_runs"], row["replay_distinct"]) == (5, 5)
     assert row["reproducer"] == "repro/1_RandomUniform.py"
@@ -95,6 +82,6 @@ def test_a_write_is_replayed_from_the_state_the_write_before_it_left(run_step):
 
 
 def test_no_replay_leaves_the_columns_empty_and_writes_no_reproducer(run_step):
-    t = run_step(NOISE, runs=3, replay=False)
+    t = run_step(NOISE_STEP, runs=3, replay=False)
     assert t.csv["replay_runs"].isna().all() and t.csv["reproducer"].isna().all()
     assert not (t.csv_path.parent / "repro").exists()

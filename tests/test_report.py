@@ -31,7 +31,7 @@ from opbisect.record.model import (
 )
 from opbisect.report import csv, drawing, html, json_view, text
 
-from conftest import write_script
+from conftest import NOISE_STEP, write_script
 
 GOLD = Path(__file__).parent / "gold"
 XHTML = "{http://www.w3.org/1999/xhtml}"
@@ -192,18 +192,7 @@ def test_html_renders_in_a_headless_browser(tmp_path):
 def test_trace_html_writes_the_page_beside_the_csv(tmp_path):
     from conftest import trace
 
-    script = write_script(tmp_path, "random_step", """
-        w = tf.Variable(tf.ones([4]), name="w")
-
-
-        @tf.function
-        def step(x):
-            w.assign_sub(0.1 * tf.random.uniform([4], name="noise") * x)
-            return tf.reduce_sum(w)
-
-
-        inputs = (tf.ones([4]),)
-        """)
+    script = write_script(tmp_path, "random_step", NOISE_STEP)
     t = trace(script, tmp_path / "reports", runs=3, html=True)
     root = parse((tmp_path / "reports" / "random_step" / "report.html").read_text())
     rows = [tr.get("data-op") for tr in by_id(root, "sources").iter(f"{XHTML}tr") if tr.get("data-op")]
