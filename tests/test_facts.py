@@ -102,3 +102,8 @@ def test_a_deterministic_verdict_states_how_rare_a_hidden_difference_can_be():
     twenty = trajectory(*[[5]] * 20)
     assert facts.verdict(twenty, None, None).rate_bound == pytest.approx(0.139, abs=1e-3)
     assert facts.verdict(VARIES, None, None).rate_bound is None
+
+
+def test_runs_without_recorded_outputs_are_compared_by_their_variables():
+    assert Runs(outputs=[], after=[{"w": 1}, {"w": 2}]).distinct() == 2
+    assert Runs(outputs=[], after=[{"w": 1}, {"w": 1}]).deterministic()

@@ -31,7 +31,8 @@ class Runs:
     after: list[dict[str, int]] = dataclasses.field(default_factory=list)
 
     def distinct(self) -> int:
-        return len({(tuple(o), tuple(sorted(a.items()))) for o, a in zip(self.outputs, self.after)})
+        outputs = self.outputs or [[] for _ in self.after]  # model.fit's runs record no step outputs
+        return len({(tuple(o), tuple(sorted(a.items()))) for o, a in zip(outputs, self.after)})
 
     def deterministic(self) -> bool:
         return self.distinct() <= 1
