@@ -30,6 +30,10 @@ def _first_runs_differ(trajectories: list[Trajectory], step: int) -> list[str] |
     return differ if differ or any(o != outputs[0] for o in outputs[1:]) else None
 
 
+def _first_differing(per_step: list[list[str] | None]) -> int | None:
+    return next((k for k, d in enumerate(per_step, 1) if d is not None), None)
+
+
 def _graph_findings(alignments: list[Alignment]) -> list[Finding]:
     found = []
     for i, al in enumerate(alignments, 2):
@@ -62,12 +66,12 @@ def _synthetic_runs(records: list[Record], alignments: list[Alignment], step: in
     """One 'run' per process for `step`: each process's first instrumented run, mapped onto process 1's taps. A
     tap missing in a process, or varying inside one, counts as differing (a value no other process has)."""
     taps = records[0].analyses[step - 1].instrumented.taps
+    mine = set(records[0].analyses[step - 1].differing)
     fps, before = [], []
     for p, r in enumerate(records):
         ins = r.analyses[step - 1].instrumented
         index = {t: j for j, t in enumerate(ins.taps)}
         varying = set(r.analyses[step - 1].differing)
-        mine = set(records[0].analyses[step - 1].differing)
         mapped = []
         for t in taps:
             other = t if p == 0 else alignments[p - 1].tensor(t)
@@ -85,11 +89,9 @@ def cross_process(records: list[Record], seeds: list[str]) -> tuple[CrossProcess
     reordered = sorted({a for al in alignments for a, _ in al.reordered})
     steps = min(r.default.steps for r in records)
     differing = [_first_runs_differ([r.default for r in records], k) for k in range(1, steps + 1)]
-    first = next((k for k, d in enumerate(differing, 1) if d is not None), None)
-    pinned_first = None
-    if all(r.pinned for r in records):
-        pinned_first = next((k for k in range(1, steps + 1)
-                             if _first_runs_differ([r.pinned for r in records], k) is not None), None)
+    first = _first_differing(differing)
+    pinned_first = _first_differing([_first_runs_differ([r.pinned for r in records], k) for k in range(1, steps + 1)]) \
+        if all(r.pinned for r in records) else None
     # Op by op while every process starts the step from the same state; after that, differences are inherited.
     comparable = 0
     for k in range(1, min(steps, *(len(r.analyses) for r in records)) + 1):
