@@ -255,8 +255,5 @@ def rerun_report(path: Path, out: Path | None = None, html: bool = False, echo=p
 
 def _default_out(path: Path) -> Path | None:
     """Where a re-made report goes by default: the folder that holds the report folder."""
-    if path.is_dir():
-        return path.resolve().parent
-    if path.is_file() and path.name == store.RECORD:
-        return path.resolve().parent.parent
-    return None
+    folder = store.report_folder_of(path)
+    return folder.resolve().parent if folder is not None else None

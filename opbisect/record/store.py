@@ -92,14 +92,21 @@ def _check_consistent(record: Record, where: str) -> None:
         raise RecordError(f"{where} is not a usable opbisect record ({'; '.join(problems)})")
 
 
+def report_folder_of(path: Path) -> Path | None:
+    """The report folder a record path names (the folder itself, or the folder of its record.json), or None for
+    a record that lives elsewhere (a pipe, a file of another name)."""
+    if path.is_dir():
+        return path
+    return path.parent if path.is_file() and path.name == RECORD else None
+
+
 def reproducers_of(path: Path) -> dict[str, bytes]:
-    """The reproducers of the report folder that holds `path` (a report folder or its record.json), by their path
-    in the folder: a re-made report keeps them."""
-    folder = path if path.is_dir() else path.parent
-    repro = folder / "repro"
-    if path.is_file() and path.name != RECORD or not repro.is_dir():
+    """The reproducers of the report folder that holds `path`, by their path in the folder: a re-made report
+    keeps them."""
+    folder = report_folder_of(path)
+    if folder is None or not (folder / "repro").is_dir():
         return {}
-    return {f"repro/{p.name}": p.read_bytes() for p in sorted(repro.iterdir()) if p.is_file()}
+    return {f"repro/{p.name}": p.read_bytes() for p in sorted((folder / "repro").iterdir()) if p.is_file()}
 
 
 def script_of(folder: Path) -> str | None:
