@@ -101,7 +101,8 @@ def test_magnitude_handles_sign_crossing_nan_ints_bools_and_empty():
 
 
 def _source(op_name, **fields) -> Source:
-    base = dict(rank=0, op_name=op_name, op_type="Op", kind="op", first_step=1, seen_across="runs",
+    base = dict(rank=0, op_name=op_name, op_type="Op", kind="op", first_step=1, region="", iteration=None,
+                seen_across="runs",
                 runs_differing=1, runs=4, distinct_values=2, downstream_differing=0, affects_result=True,
                 max_abs_diff=None, max_ulp_diff=None, frac_elements_differing=None, source_location="",
                 known_remedy="", observer_effect=False)

@@ -66,7 +66,8 @@ def literal_record(steps: int = 1) -> Record:
     analyses = [StepAnalysis(step=k + 1, instrumented=ins, differing=["noise:0", "add:0", "assign:res0"],
                              magnitudes={"noise": Magnitude(0.5, 1e6, 1.0, 4)}, magnitude_runs=runs)
                 for k in range(steps)]
-    source = Source(rank=1, op_name="noise", op_type="RandomUniform", kind="random", first_step=1, seen_across="runs",
+    source = Source(rank=1, op_name="noise", op_type="RandomUniform", kind="random", first_step=1, region="",
+                    iteration=None, seen_across="runs",
                     runs_differing=2, runs=runs, distinct_values=3, downstream_differing=2, affects_result=True,
                     max_abs_diff=0.5, max_ulp_diff=1e6, frac_elements_differing=1.0,
                     source_location="model_step.py:9 in step", known_remedy="use tf.random.stateless_uniform",

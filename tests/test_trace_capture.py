@@ -103,7 +103,7 @@ def test_instrumented_nested_step_matches_the_plain_step(tmp_path):
     v.assign(start)
     taps, _ = capture.tappable_tensors(trace)
     inst = capture.build(trace, taps, fingerprint.FarmhashFingerprinter(), full=["StatefulPartitionedCall/sq:0"])
-    fps, outs, full = inst(args)
+    fps, outs, full, _ = inst(args)
     assert float(outs[0]) == plain and np.array_equal(v.numpy(), after_plain)
     assert len(fps) == len(taps) and full[0] == pytest.approx(4 + 9 + 16)
 
@@ -128,7 +128,7 @@ def test_state_after_each_write_is_read_before_the_next_write(tmp_path):
     assert len(writes) == 3
     states = [f"{w}:res0" for w in writes]
     inst = capture.build(trace, [], fingerprint.FarmhashFingerprinter(), full=states)
-    _, outs, full = inst(args)
+    _, outs, full, _ = inst(args)
     assert [float(f) for f in full] == [2.0, 5.0, 50.0] and float(outs[0]) == 50.0
     assert graph.prior_writes(writes[2], "c") == writes[:2]
 

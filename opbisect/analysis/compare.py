@@ -17,7 +17,7 @@ import dataclasses
 
 from ..ir import optypes
 from ..ir.graph import OPAQUE_STATE, OpGraph
-from ..ir.ids import op_of, state_id
+from ..ir.ids import TensorRef, op_of
 
 
 @dataclasses.dataclass
@@ -29,6 +29,7 @@ class SourceOp:
     distinct_values: int
     downstream_differing: int  # ops after it (data, control or state) with a differing result
     affects_result: bool = False  # a differing step output or final variable value lies downstream
+    iteration: int | None = None  # inside a loop: the iteration of the innermost loop where it first is a source
 
 
 @dataclasses.dataclass
@@ -77,15 +78,17 @@ def compare(graph: OpGraph, taps: list[str], fps: list[list[int]], before: list[
         writes = graph.prior_writes(op, var)
         if writes:
             last = writes[-1]
-            return any(tensor_differs(state_id(last, s)) for s, v in graph.written(last) if v == var)
+            return any(tensor_differs(graph.state(last, s)) for s, v in graph.written(last) if v == var)
         return initial_differs.get(var, False)
 
     sources = []
     for op in graph.topo_order():
-        produced = graph.outputs(op) + [state_id(op, s) for s, _ in graph.written(op)]
+        produced = graph.outputs(op) + graph.states(op)
         varying = [t for t in produced if t in per_tap and differs[t]]
-        if not varying:
-            continue
+        if not varying or graph.attrs(op).get("role", "").startswith("region_arg"):
+            continue  # a body's argument is what feeds it: never a source
+        if any(v is None for t in varying for v in per_tap[t]):
+            continue  # ran in some runs only: the loop's trip count or the branch taken differs (upstream)
         if any(tensor_differs(t) for t in graph.data_inputs(op)):
             continue
         resources = graph.resources(op)
@@ -100,10 +103,25 @@ def compare(graph: OpGraph, taps: list[str], fps: list[list[int]], before: list[
     for s in sources:
         after = graph.downstream(s.op)
         s.downstream_differing = sum(
-            1 for d in after
-            if any(differs.get(t, False) for t in graph.outputs(d) + [state_id(d, k) for k, _ in graph.written(d)]))
+            1 for d in after if any(differs.get(t, False) for t in graph.outputs(d) + graph.states(d)))
         s.affects_result = any(op in result_ops for op in after | {s.op})
-    return Comparison(differs={t: differs[t] for t in taps}, initial_differs=initial_differs, sources=sources)
+    return Comparison(differs={t: differs[t] for t in taps}, initial_differs=initial_differs,
+                      sources=_by_op(graph, sources, differs))
+
+
+def _by_op(graph: OpGraph, sources: list[SourceOp], differs: dict[str, bool]) -> list[SourceOp]:
+    """Instances folded into their op, at the first execution where it is a source. A loop or branch op whose
+    bodies hold a difference is not a source: what differs inside it is (or its arguments came in differing)."""
+    busy = {TensorRef.parse(t).region for t, d in differs.items() if d}
+    folded: dict[str, tuple[int, SourceOp]] = {}
+    for s in sources:
+        a = graph.attrs(s.op)
+        base, execution = a.get("base", s.op), a.get("iteration", 0)
+        if any(busy & set(graph.subregions(r)) for r in graph.regions_of_op(base)):
+            continue
+        if base not in folded or execution < folded[base][0]:
+            folded[base] = (execution, dataclasses.replace(s, op=base, iteration=a.get("loop_iteration")))
+    return [s for _, s in folded.values()]
 
 
 def _kind(graph: OpGraph, op: str, varying: list[str], stale: list[str]) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..ir.optypes import KIND_REMEDIES
+from ..ir.unroll import unroll
 from ..record.model import CrossProcess, Finding, Record, Source, Trajectory
 from .align import Alignment, align
 from .compare import compare
@@ -103,7 +104,8 @@ def cross_process(records: list[Record], seeds: list[str]) -> tuple[CrossProcess
     rows, seen = [], set()
     for k in range(1, comparable + 1):
         taps, fps, before = _synthetic_runs(records, alignments, k)
-        for s in compare(graph, taps, fps, before, base.results).sources:
+        ins = base.analyses[k - 1].instrumented
+        for s in compare(unroll(graph, ins.executions, ins.enclosing), taps, fps, before, base.results).sources:
             if s.op in in_process or s.op in seen:
                 continue
             seen.add(s.op)

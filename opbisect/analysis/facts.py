@@ -97,3 +97,21 @@ def fit_replay(fit: Trajectory, replay: Trajectory, metric_variables: list[str])
 
     mismatch = next((k for k in range(1, last + 1) if weights(fit, k) != weights(replay, k)), None)
     return FitReplay(checked_steps=last, mismatch_step=mismatch)
+
+
+def body_findings(analyses: list) -> list:
+    """A loop whose trip count, or a branch op whose taken branch, differs between runs (first step where it does).
+    The cause lies upstream of the loop's condition or the branch's predicate; the sources say where."""
+    from ..record.model import Finding
+
+    found, seen = [], set()
+    for a in analyses:
+        for region, counts in a.instrumented.executions.items():
+            if region in seen or len(set(counts)) < 2:
+                continue
+            seen.add(region)
+            runs = ", ".join(str(c) for c in counts)
+            what = "the loop's trip count" if region.endswith("/body") else "which branch runs"
+            found.append(Finding("warning", f"{region} ran {runs} times in the runs of step {a.step}: {what} "
+                                            f"differs between runs"))
+    return found

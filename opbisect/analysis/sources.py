@@ -17,6 +17,7 @@ def source_row(graph: OpGraph, found: SourceOp | None, *, op: str | None = None,
     op_type = graph.op_type(op)
     return Source(
         rank=0, op_name=op, op_type=op_type, kind=kind, first_step=first_step, seen_across=seen_across,
+        region=graph.region_of(op), iteration=found.iteration if found else None,
         runs_differing=found.runs_differing if found else 0, runs=runs,
         distinct_values=found.distinct_values if found else 1,
         downstream_differing=found.downstream_differing if found else 0,

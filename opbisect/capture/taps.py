@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ir.ids import TensorRef
+from ..ir.ids import TensorRef, split_op_id
 from ..trace.inline import parse_input
 from ..trace.trace import Trace
 from .fingerprint import Fingerprinter, tappable
@@ -35,28 +35,53 @@ class Instrumented:
     full: list[str]
     fn: Any  # tf.function(*feeds) -> (int64[len(taps)], [step outputs], [full tensors])
     trace: Trace
+    regions: list[str] = dataclasses.field(default_factory=list)  # entered bodies, in the order returned
+    region_taps: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # the columns of each matrix
     layout: np.ndarray | None = None  # tap index of each position of the digest vector (None: tap order)
     concrete: Any = None  # traced once, on the first call: resource handles would retrace the tf.function
 
-    def __call__(self, args: tuple) -> tuple[np.ndarray, list, list]:
+    def __call__(self, args: tuple) -> tuple[np.ndarray, list, list, dict[str, np.ndarray]]:
+        """Digests of the taps, the step's outputs, the `full` tensors, and per entered body its digest matrix
+        (a row per execution of the body in this step, a column per tap of the body)."""
         feeds = self.trace.flat_args(args)
         if self.concrete is None:
             self.concrete = self.fn.get_concrete_function(*feeds)
-        fps, outs, full = self.concrete(*feeds)
+        fps, outs, full, matrices = self.concrete(*feeds)
         digests = fps.numpy()
         if self.layout is not None:
             in_order = np.empty_like(digests)
             in_order[self.layout] = digests
             digests = in_order
-        return digests, list(outs), [t.numpy() for t in full]
+        return digests, list(outs), [t.numpy() for t in full], {r: m.numpy() for r, m in zip(self.regions, matrices)}
+
+    def unrolled(self, fps: list[np.ndarray], matrices: list[dict]) -> tuple[list[str], list[list]]:
+        """Every run's digests as one row over the same columns: the taps, then each body's taps at each
+        execution (`region::op:0@k`), as many executions as the most any run had; None where a run had fewer."""
+        from ..ir.ids import TensorRef
+
+        taps, rows = list(self.taps), [list(map(int, f)) for f in fps]
+        for r in self.regions:
+            most = max((m[r].shape[0] for m in matrices), default=0)
+            width = len(self.region_taps[r])
+            for k in range(most):
+                for tid in self.region_taps[r]:
+                    ref = TensorRef.parse(tid)
+                    taps.append(str(TensorRef(ref.op, ref.port, ref.kind, k)))
+            for row, m in zip(rows, matrices):
+                block = m[r][:, 1:]  # column 0: where it ran
+                for k in range(most):
+                    row.extend(block[k].tolist() if k < block.shape[0] else [None] * width)
+        return taps, rows
 
 
-def tappable_tensors(trace: Trace) -> tuple[list[str], dict[str, int]]:
-    """All tensor ids worth tapping (numeric, integer, boolean outputs and post-write states), and the
-    count of outputs skipped per dtype."""
+def tappable_tensors(trace: Trace, region: str = "") -> tuple[list[str], dict[str, int]]:
+    """All tensor ids of one scope worth tapping (numeric, integer, boolean outputs and post-write states),
+    and the count of outputs skipped per dtype. The top level by default; `region` names a body."""
     graph = trace.graph
     taps, skipped = [], {}
     for op in graph.topo_order():
+        if graph.region_of(op) != region:
+            continue
         for tid in graph.outputs(op):
             dtype = graph.dtype(tid)
             if tappable(dtype):
@@ -77,6 +102,13 @@ class _GraphDefBuilder:
         self.gd.CopyFrom(graph_def)
         self.nodes = {n.name: n for n in self.gd.node}
         self.shared: dict[tuple, str] = {}  # (template key, const name) -> stamped name
+        self.functions: list = []  # rebuilt body functions the GraphDef calls, at any depth (capture.regions)
+
+    def register(self, graph) -> None:
+        """Register the rebuilt body functions in the graph importing the GraphDef (its library alone is not
+        enough: a function that calls them must find them in its own graph)."""
+        for f in self.functions:
+            f.add_to_graph(graph)
 
     def add(self, name: str, op: str, inputs=(), **attrs):
         from tensorflow.core.framework import attr_value_pb2
@@ -199,42 +231,58 @@ def _fused_digests(b: _GraphDefBuilder, specs: list[tuple[str, str]], fingerprin
     return f"{PREFIX}/fingerprints:0", layout
 
 
-def instrumented_graph_def(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = ()):
-    """(GraphDef, fingerprint vector spec, specs of the `full` tensors, layout of the vector or None)."""
+def tap_specs(b: _GraphDefBuilder, graph, region: str, taps: list[str]) -> Callable[[str], str]:
+    """A function giving the GraphDef spec of a tap of scope `region` (whose GraphDef `b` holds): an output is
+    itself; the state after a write gets a ReadVariableOp right after the write, before anything else touches it."""
     import tensorflow as tf
 
-    graph = trace.graph
-    b = _GraphDefBuilder(trace.graph_def)
     later_users: dict[tuple[str, str], list[str]] = {}
     for u, v, d in graph.g.edges(data=True):
-        if d["kind"] == "resource":
-            later_users.setdefault((u, d["var"]), []).append(v)
+        if d["kind"] == "resource" and graph.region_of(u) == region == graph.region_of(v):
+            later_users.setdefault((u, d["var"]), []).append(split_op_id(v)[1])
     states: dict[str, str] = {}
 
     def spec(tid: str) -> str:
         ref = TensorRef.parse(tid)
+        local = split_op_id(ref.op)[1]
         if not ref.is_state:
-            return tid
-        if tid not in states:  # read the variable right after the write, before anything else touches it
-            op, slot = ref.op, ref.port
-            write = b.nodes[op]
-            dtype = tf.as_dtype(graph.attrs(op)["res_dtypes"][str(slot)])
-            name = f"{PREFIX}/state/{op}/res{slot}"
-            b.add(name, "ReadVariableOp", [write.input[slot], f"^{op}"], dtype=dtype)
-            for user in later_users.get((op, dict(graph.resources(op))[slot]), []):
+            return f"{local}:{ref.port}"
+        if tid not in states:
+            write = b.nodes[local]
+            dtype = tf.as_dtype(graph.attrs(ref.op)["res_dtypes"][str(ref.port)])
+            name = f"{PREFIX}/state/{local}/res{ref.port}"
+            b.add(name, "ReadVariableOp", [write.input[ref.port], f"^{local}"], dtype=dtype)
+            for user in later_users.get((ref.op, dict(graph.resources(ref.op))[ref.port]), []):
                 b.nodes[user].input.append(f"^{name}")
             states[tid] = f"{name}:0"
         return states[tid]
 
-    specs = [(spec(t), graph.dtype(t)) for t in taps]
-    layout = None
+    return spec
+
+
+def digest_vector(b: _GraphDefBuilder, graph, specs: list[tuple[str, str]], fingerprinter) -> tuple[str, list | None]:
+    """Capture nodes digesting the tensors `specs` ((spec, dtype) pairs): the spec of the int64 vector, and the
+    tap index of each of its positions (None: tap order)."""
     if not specs:
-        fps = _empty_digests(b)
-    elif fingerprinter.fused:
-        fps, layout = _fused_digests(b, specs, fingerprinter)
-    else:
-        fps = _stamped_digests(b, specs, fingerprinter)
-    return b.gd, fps, [spec(t) for t in full], layout
+        return _empty_digests(b), None
+    if fingerprinter.fused:
+        return _fused_digests(b, specs, fingerprinter)
+    return _stamped_digests(b, specs, fingerprinter), None
+
+
+def instrumented_graph_def(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = (),
+                           descend: bool = True):
+    """(the builder holding the GraphDef, fingerprint vector spec, specs of the `full` tensors, layout of the vector
+    or None, {region: spec of its digest matrix}). `descend`: rebuild the entered loop and branch bodies with
+    taps of their own."""
+    from .regions import empty_matrices, rewrite_control_flow
+
+    graph = trace.graph
+    b = _GraphDefBuilder(trace.graph_def)
+    spec = tap_specs(b, graph, "", taps)
+    fps, layout = digest_vector(b, graph, [(spec(t), graph.dtype(t)) for t in taps], fingerprinter)
+    regions = rewrite_control_flow(b, trace, "", fingerprinter, *empty_matrices(b, trace)) if descend else {}
+    return b, fps, [spec(t) for t in full], layout, regions
 
 
 def _without_fed_placeholders(gd, placeholders: list[str]):
@@ -254,13 +302,15 @@ def _without_fed_placeholders(gd, placeholders: list[str]):
     return out, read
 
 
-def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = ()) -> Instrumented:
+def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = (),
+          descend: bool = True) -> Instrumented:
     import tensorflow as tf
 
-    gd, fps_spec, full_specs, layout = instrumented_graph_def(trace, taps, fingerprinter, full)
+    b, fps_spec, full_specs, layout, region_specs = instrumented_graph_def(trace, taps, fingerprinter, full, descend)
     placeholders = trace.arg_names + trace.capture_names
-    gd, read = _without_fed_placeholders(gd, placeholders)
-    wanted = [fps_spec] + list(trace.output_names) + full_specs
+    gd, read = _without_fed_placeholders(b.gd, placeholders)
+    regions = list(region_specs)
+    wanted = [fps_spec] + list(trace.output_names) + full_specs + [region_specs[r] for r in regions]
     imported = [w for w in wanted if parse_input(w)[0] not in set(placeholders)]
 
     # The captured values (variable handles above all) are captured again by closure, not passed as arguments:
@@ -270,16 +320,18 @@ def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: lis
 
     def body(*feeds):
         graph = tf.compat.v1.get_default_graph()  # the FuncGraph being traced
+        b.register(graph)
         fed = {f"{name}:0": t for name, t in zip(placeholders, list(feeds) + [graph.capture(c) for c in captured])}
         got = tf.graph_util.import_graph_def(gd, input_map={f"{n}:0": fed[f"{n}:0"] for n in read},
                                              return_elements=imported, name=SCOPE)
         by_spec = dict(zip(imported, got))
         got = [by_spec[w] if w in by_spec else fed[w] for w in wanted]  # a placeholder: what feeds it
-        n = len(trace.output_names)
-        return got[0], got[1:1 + n], got[1 + n:]
+        n, m = len(trace.output_names), len(full_specs)
+        return got[0], got[1:1 + n], got[1 + n:1 + n + m], got[1 + n + m:]
 
     fn = tf.function(body, autograph=False, jit_compile=trace.jit_compile)
-    return Instrumented(taps=list(taps), full=list(full), fn=fn, trace=trace,
+    return Instrumented(taps=list(taps), full=list(full), fn=fn, trace=trace, regions=regions,
+                        region_taps={r: tappable_tensors(trace, r)[0] for r in regions},
                         layout=None if layout is None else np.asarray(layout))
 
 

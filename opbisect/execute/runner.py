@@ -142,23 +142,27 @@ class Runner:
     def instrumented(self, inst, snapshot, args_for_run: Callable[[], tuple], runs: int, options: dict | None,
                      label: str) -> tuple[InstrumentedRuns, list]:
         """Fingerprints per run, and the `full` tensors of every run (empty unless `inst.full`)."""
-        result, full = InstrumentedRuns(taps=inst.taps), []
+        result, full, digests, matrices = InstrumentedRuns(taps=inst.taps), [], [], []
         with grappler_options(options), self._task(label, runs) as advance:
             for _ in range(runs):
                 result.before.append(self.restore(snapshot))
                 args = args_for_run()
                 try:
-                    fps, outs, whole = inst(args)
+                    fps, outs, whole, bodies = inst(args)
                 except TargetError:
                     raise
                 except Exception as exc:
                     raise InternalError(f"the instrumented step failed where the plain step ran "
                                         f"({error_summary(exc)})") from None
-                result.fps.append(fps.tolist())
+                digests.append(fps)
+                matrices.append(bodies)
                 result.outputs.append(self.output_fps(outs))
                 result.after.append(self.state_fps())
                 full.append(whole)
                 advance()
+        result.taps, result.fps = inst.unrolled(digests, matrices)
+        result.executions = {r: [int(m[r].shape[0]) for m in matrices] for r in inst.regions}
+        result.enclosing = {r: [int(x) for x in matrices[0][r][:, 0]] for r in inst.regions} if matrices else {}
         return result, full
 
     @contextlib.contextmanager

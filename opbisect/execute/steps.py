@@ -12,7 +12,8 @@ from __future__ import annotations
 from ..analysis.compare import Comparison, compare
 from ..analysis.magnitude import of_source
 from ..capture import taps as capture
-from ..ir.ids import state_id
+from ..ir.ids import TensorRef, state_id
+from ..ir.unroll import unroll
 from ..record.model import StepAnalysis
 from ..replay.call import NotReplayable, op_call
 from ..replay.rerun import not_replayed, replay
@@ -42,20 +43,22 @@ def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: 
             args_for_run = lambda args=args: args  # noqa: E731
         label = "instrumented step" if feeder.steps == 1 else f"instrumented step {k}/{feeder.steps}"
         ins, _ = runner.instrumented(inst, snapshot, args_for_run, runs, options, label)
-        comparison = compare(trace.graph, ins.taps, ins.fps, ins.before, results)
+        comparison = compare(unroll(trace.graph, ins.executions, ins.enclosing), ins.taps, ins.fps, ins.before, results)
         new = [s for s in comparison.sources if s.op not in seen]
         seen.update(s.op for s in new)
         replays, calls = {}, {}
         if replay_runs:
             calls, replays = _replay_calls(trace.graph, node_defs, new, snapshot)
-        full = list(dict.fromkeys([t for s in new for t in s.tensors]
+        # Whole values come from the step's top level only (a body's tensors are digested inside the body).
+        full = list(dict.fromkeys([t for s in new for t in s.tensors if not TensorRef.parse(t).region]
                                   + [t for c, pre in calls.values() for t in c.captured + list(pre.values()) if t]))
         magnitudes, inputs = {}, {}
         if full:
-            _, arrays = runner.instrumented(capture.build(trace, [], fingerprinter, full), snapshot, args_for_run,
-                                            magnitude_runs, options, "magnitudes of the sources")
+            _, arrays = runner.instrumented(capture.build(trace, [], fingerprinter, full, descend=False), snapshot,
+                                            args_for_run, magnitude_runs, options, "magnitudes of the sources")
             column = {t: [run[i] for run in arrays] for i, t in enumerate(full)}
-            magnitudes = {s.op: of_source([column[t] for t in s.tensors]) for s in new if s.tensors}
+            magnitudes = {s.op: of_source([column[t] for t in s.tensors]) for s in new
+                          if s.tensors and all(t in column for t in s.tensors)}
             for op, (call, pre) in calls.items():
                 values = {t: column[t][0] for t in call.captured}
                 states = {v: column[t][0] if t else _saved(snapshot, v) for v, t in pre.items()}
@@ -80,6 +83,9 @@ def _replay_calls(graph, node_defs: dict, sources, snapshot: Snapshot):
     calls, refused = {}, {}
     for s in sources:
         if s.kind not in REPLAYED_KINDS:
+            continue
+        if graph.region_of(s.op):
+            refused[s.op] = not_replayed(NotReplayable("inside a loop or branch body: its inputs are not recorded"))
             continue
         try:
             call = op_call(graph, node_defs[s.op], s.op)

@@ -1,6 +1,10 @@
 """The op graph: a tiny IR over networkx. Ops are nodes, keyed by their id (opbisect.ir.ids); edges are of kind
-'data' (key: the consumer's input slot), 'control' and 'resource' (from each write of a variable to the reads
-and writes after it).
+'data' (key: the consumer's input slot), 'control', 'resource' (from each write of a variable to the reads
+and writes after it) and 'region' (into a loop or branch body's arguments, and from its results to the loop or
+branch op: a body's ops are nodes too, `region::op`, described in the graph attribute `regions`).
+
+The same class holds the unrolled instance graph (opbisect.ir.unroll): its nodes are op instances, `op@7`, with
+attributes `base` (the op) and `iteration`, so tensor ids carry the iteration.
 
 Node attributes hold what tracing saw (type, outputs, resources, creation site). Analysis results never go on
 the graph: they live in side tables keyed by ids.
@@ -15,7 +19,7 @@ import networkx as nx
 from ..errors import GraphCheckError
 from ..record.model import Finding
 from . import optypes
-from .ids import TensorRef, output_id, state_id
+from .ids import TensorRef
 
 OPAQUE_STATE = "<opaque resource>"
 
@@ -33,10 +37,20 @@ class OpGraph:
         self.g.add_node(op_id, **attrs)
 
     def add_data_edge(self, src: str, out_index: int, dst: str, slot: int) -> None:
-        self.g.add_edge(src, dst, key=f"d{slot}", kind="data", tensor=output_id(src, out_index), slot=slot)
+        self.g.add_edge(src, dst, key=f"d{slot}", kind="data", tensor=self.output(src, out_index), slot=slot)
 
     def add_control_edge(self, src: str, dst: str) -> None:
         self.g.add_edge(src, dst, key="c", kind="control")
+
+    def add_region_edge(self, src: str, dst: str) -> None:
+        """Order without a data edge of the op's own: into a body's arguments, out of its results."""
+        self.g.add_edge(src, dst, key="g", kind="region")
+
+    def add_region(self, region: str, **info) -> None:
+        """A loop or branch body: kind ('loop' or 'branch'), op (the loop or branch op), parent (its region),
+        args (the body's argument ops, in order), outputs (its result tensors), offset (the op's input slot of
+        argument 0)."""
+        self.g.graph.setdefault("regions", {})[region] = info
 
     def add_resource_edges(self) -> None:
         """Edges from each write of a variable to every later read or write of it (order from the graph)."""
@@ -70,12 +84,22 @@ class OpGraph:
     def attrs(self, op: str) -> dict:
         return self.g.nodes[op]
 
+    def output(self, op: str, port: int) -> str:
+        """The id of output `port` of op (or op instance) `op`."""
+        a = self.g.nodes[op]
+        return str(TensorRef.output(a.get("base", op), port, a.get("iteration")))
+
+    def state(self, op: str, slot: int) -> str:
+        """The id of the variable at `op`'s resource input `slot`, right after `op`."""
+        a = self.g.nodes[op]
+        return str(TensorRef.state(a.get("base", op), slot, a.get("iteration")))
+
     def outputs(self, op: str) -> list[str]:
-        return [output_id(op, i) for i in range(len(self.g.nodes[op]["outputs"]))]
+        return [self.output(op, i) for i in range(len(self.g.nodes[op]["outputs"]))]
 
     def states(self, op: str) -> list[str]:
         """The pseudo-tensors of the variables `op` writes, right after it."""
-        return [state_id(op, slot) for slot, _ in self.written(op)]
+        return [self.state(op, slot) for slot, _ in self.written(op)]
 
     @staticmethod
     def is_state(tid: str) -> bool:
@@ -83,9 +107,50 @@ class OpGraph:
 
     def dtype(self, tid: str) -> str:
         ref = TensorRef.parse(tid)
+        node = self.g.nodes[ref.instance] if ref.instance in self.g else self.g.nodes[ref.op]
         if ref.is_state:
-            return self.g.nodes[ref.op].get("res_dtypes", {}).get(str(ref.port), "unknown")
-        return self.g.nodes[ref.op]["outputs"][ref.port][0]
+            return node.get("res_dtypes", {}).get(str(ref.port), "unknown")
+        return node["outputs"][ref.port][0]
+
+    # -- loop and branch bodies --------------------------------------------------------------------------
+    @property
+    def regions(self) -> dict[str, dict]:
+        """region id -> its description (add_region), parents before their children."""
+        return self.g.graph.get("regions", {})
+
+    def region_of(self, op: str) -> str:
+        return self.g.nodes[op].get("region", "")
+
+    def region_ops(self, region: str) -> list[str]:
+        return [op for op, r in self.g.nodes(data="region", default="") if r == region]
+
+    def subregions(self, region: str) -> list[str]:
+        """`region` and every region nested in it, parents first."""
+        out = [region]
+        for r, info in self.regions.items():
+            if info["parent"] in out:
+                out.append(r)
+        return out
+
+    def _chain(self, op: str) -> list[str]:
+        """The regions around `op`, outermost first."""
+        chain, region = [], self.region_of(op)
+        while region:
+            chain.insert(0, region)
+            region = self.regions[region]["parent"]
+        return chain
+
+    def exclusive(self, a: str, b: str) -> bool:
+        """Whether ops `a` and `b` lie in different branches of one branch op (never both run in one execution)."""
+        for ra, rb in zip(self._chain(a), self._chain(b)):
+            if ra != rb:
+                ia, ib = self.regions[ra], self.regions[rb]
+                return ia["op"] == ib["op"] and ia["kind"] == "branch"
+        return False
+
+    def regions_of_op(self, op: str) -> list[str]:
+        """The bodies of a loop or branch op, in its attribute order."""
+        return [r for r, info in self.regions.items() if info["op"] == op]
 
     def resources(self, op: str) -> list[tuple[int, str]]:
         return [tuple(r) for r in self.g.nodes[op]["resources"]]
@@ -138,14 +203,15 @@ class OpGraph:
                 if ref.port >= len(self.g.nodes[ref.op]["outputs"]):
                     raise GraphCheckError(f"op {op} reads {tid}, which {ref.op} does not produce; opbisect bug")
         opaque = {}
+        entered = {info["op"] for info in self.regions.values()}
         for op in self.g.nodes:
             t = self.op_type(op)
-            if optypes.has(t, optypes.CONTROL_FLOW) or optypes.has(t, optypes.CALL):
+            if (optypes.has(t, optypes.CONTROL_FLOW) and op not in entered) or optypes.has(t, optypes.CALL):
                 opaque[t] = opaque.get(t, 0) + 1
         if opaque:
             kinds = ", ".join(f"{n} {t}" for t, n in sorted(opaque.items()))
-            findings.append(Finding("note", f"{kinds} kept opaque: a source inside a loop, branch or call body is "
-                                            f"reported as that op; move the suspect code out of the loop to see it"))
+            why = self.g.graph.get("opaque_reason", "its body is not visible")
+            findings.append(Finding("note", f"{kinds} kept opaque ({why}): a source inside it is reported as that op"))
         by_var: dict[str, list[str]] = {}
         for op in self.g.nodes:
             for _, var in self.written(op):
@@ -154,7 +220,7 @@ class OpGraph:
         for var, ws in by_var.items():
             for i, a in enumerate(ws):
                 for b in ws[i + 1:]:
-                    if not (nx.has_path(order, a, b) or nx.has_path(order, b, a)):
+                    if not (nx.has_path(order, a, b) or nx.has_path(order, b, a) or self.exclusive(a, b)):
                         findings.append(Finding("warning", f"{a} and {b} both write {var} with no order between "
                                                            f"them: the program itself races; order them with "
                                                            f"tf.control_dependencies"))

@@ -9,6 +9,10 @@ Spelling (what the CSV, the record and the terminal show):
     region::op:0@7          output 0 of an op in a body, at iteration 7 of its loop
 
 TensorFlow op names never contain `::`, `@` or a colon, so the parts are unambiguous.
+
+An op inside a body runs once per execution of its region; one execution of it is an *instance*, spelled
+`region::op@7` (the 8th time its region ran in the step). The analysis compares instances (`ir.unroll`); the
+report names the op and the first iteration where it differs.
 """
 
 from __future__ import annotations
@@ -69,10 +73,26 @@ class TensorRef:
     def region(self) -> str:
         return split_op_id(self.op)[0]
 
+    @property
+    def instance(self) -> str:
+        """The op instance that produced this tensor: the op, at its iteration."""
+        return instance_id(self.op, self.iteration)
+
     def __str__(self) -> str:
         port = f"{_STATE_PORT}{self.port}" if self.is_state else str(self.port)
         at = "" if self.iteration is None else f"@{self.iteration}"
         return f"{self.op}:{port}{at}"
+
+
+def instance_id(op: str, iteration: int | None) -> str:
+    """'while/body::add', 7 -> 'while/body::add@7'; an op outside any body is its own instance."""
+    return op if iteration is None else f"{op}@{iteration}"
+
+
+def split_instance(instance: str) -> tuple[str, int | None]:
+    """'while/body::add@7' -> ('while/body::add', 7); 'add' -> ('add', None)."""
+    op, at, iteration = instance.partition("@")
+    return (op, int(iteration)) if at else (op, None)
 
 
 def output_id(op: str, port: int) -> str:
@@ -84,5 +104,5 @@ def state_id(op: str, slot: int) -> str:
 
 
 def op_of(tensor: str) -> str:
-    """The op id of a tensor id."""
-    return TensorRef.parse(tensor).op
+    """The op instance of a tensor id (the op id itself outside loop and branch bodies)."""
+    return TensorRef.parse(tensor).instance

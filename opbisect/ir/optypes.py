@@ -156,6 +156,32 @@ KIND_REMEDIES: dict[str, str] = {
 }
 
 
+# The body-function attributes of each loop and branch op type, and whether it loops: what trace enters. A While's
+# `cond` function is not entered (it only computes the loop condition, from loop variables that are fingerprinted).
+_BODIES: dict[str, tuple[tuple[str, ...], bool]] = {
+    **dict.fromkeys(("If", "StatelessIf"), (("then_branch", "else_branch"), False)),
+    **dict.fromkeys(("Case", "StatelessCase"), (("branches",), False)),
+    **dict.fromkeys(("While", "StatelessWhile"), (("body",), True)),
+}
+
+
+def body_functions(op_type: str, attr) -> list[tuple[str, str]]:
+    """(region suffix, function name) of each body of a loop or branch op, from its NodeDef's `attr` map:
+    `then_branch`, `else_branch`, `branch0`..., `body`."""
+    names, _ = _BODIES.get(op_type, ((), False))
+    out = []
+    for name in names:
+        if attr[name].list.func:
+            out.extend((f"branch{k}", f.name) for k, f in enumerate(attr[name].list.func))
+        else:
+            out.append((name, attr[name].func.name))
+    return out
+
+
+def loops(op_type: str) -> bool:
+    return _BODIES.get(op_type, ((), False))[1]
+
+
 def remedy(op_type: str, kind: str) -> str:
     """What to do about a source of this type and kind."""
     return KIND_REMEDIES.get(kind) or info(op_type).remedy

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from functools import cached_property
 
-RECORD_VERSION = 4
+RECORD_VERSION = 5
 
 
 @dataclasses.dataclass
@@ -79,11 +79,14 @@ class Trajectory:
 
 @dataclasses.dataclass
 class InstrumentedRuns:
-    taps: list[str]
-    fps: list[list[int]] = dataclasses.field(default_factory=list)  # [run][tap]
+    taps: list[str]  # a tap inside a loop or branch body appears once per execution: `region::op:0@k`
+    fps: list[list[int | None]] = dataclasses.field(default_factory=list)  # [run][tap]; None: not executed
     before: list[dict[str, int]] = dataclasses.field(default_factory=list)
     after: list[dict[str, int]] = dataclasses.field(default_factory=list)
     outputs: list[list[int]] = dataclasses.field(default_factory=list)
+    executions: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # body -> times it ran, per run
+    # body -> per execution in run 1: the execution of the enclosing body it ran in (0 at the top level)
+    enclosing: dict[str, list[int]] = dataclasses.field(default_factory=dict)
 
     def as_runs(self) -> Runs:
         return Runs(outputs=self.outputs, after=self.after)
@@ -123,10 +126,12 @@ class Source:
     """One ranked source: a row of the CSV (fields with csv=False stay in the record only)."""
 
     rank: int
-    op_name: str
+    op_name: str  # the op's id: `region::name` inside a loop or branch body
     op_type: str
     kind: str
     first_step: int
+    region: str  # the body holding the op ("" outside any), e.g. `cond/then_branch`, `while/body`
+    iteration: int | None  # inside a body: the first execution of its body (0-based) at which it differs
     seen_across: str  # "runs" or "processes"
     runs_differing: int
     runs: int

@@ -17,12 +17,30 @@ from .. import tfcompat
 from ..errors import TargetError
 from ..ir import optypes
 from ..ir.graph import OPAQUE_STATE, OpGraph
+from ..ir.ids import op_id
 from ..targets.loader import Target, error_summary, user_traceback
 from .inline import Origin, inline_calls
 
 _LIBRARY_DIRS = tuple(os.sep + d + os.sep for d in ("tensorflow", "keras", "site-packages", "dist-packages",
                                                      "tf_keras", "absl"))
 _PACKAGE_DIR = str(Path(__file__).resolve().parent.parent) + os.sep  # opbisect's own code
+
+
+@dataclasses.dataclass
+class Region:
+    """A loop or branch body that trace entered: what capture needs to rebuild its function with taps."""
+
+    id: str  # e.g. "while/body", "while/body::while/cond/then_branch"
+    op: str  # the loop or branch op's name in its parent's GraphDef
+    op_type: str
+    suffix: str  # the body attribute: then_branch, else_branch, branch<k>, body
+    function: str  # the body's function name
+    graph_def: Any  # the body's flat (inlined) GraphDef, local names
+    arg_names: list[str]  # its argument placeholders, in order
+    output_names: list[str]  # its result tensors, local names
+    arg_specs: list[tuple]  # (dtype, shape) of each argument
+    parent: str  # the region holding the op ("" for the step's top level)
+    cond: Any = None  # a loop's condition FuncGraph (capture gives it the extra loop variables)
 
 
 @dataclasses.dataclass
@@ -35,6 +53,7 @@ class Trace:
     output_names: list[str]  # tensor names of the step's flat outputs
     variables: dict[str, Any]  # variable key -> tf.Variable, every variable the step captures
     jit_compile: bool | None
+    regions: dict[str, "Region"] = dataclasses.field(default_factory=dict)  # entered bodies, parents first
 
     def flat_args(self, args: tuple) -> list:
         """The user's arguments flattened the way the concrete function feeds its placeholders."""
@@ -123,8 +142,6 @@ def concrete_function(target: Target, args: tuple):
 
 
 def trace_step(target: Target, args: tuple) -> Trace:
-    import tensorflow as tf
-
     cf = concrete_function(target, args)
     fg = cf.graph
     flat_gd, origins = inline_calls(fg.as_graph_def(), fg)
@@ -142,43 +159,111 @@ def trace_step(target: Target, args: tuple) -> Trace:
             variables[keys[id(v)]] = v
     n_args = len(fg.inputs) - len(internal)
 
-    # Import the flat GraphDef once, into a scratch graph, for output dtypes, shapes and statefulness.
-    scratch = tf.Graph()
-    with scratch.as_default():
-        tf.graph_util.import_graph_def(flat_gd, name="")
     graph = OpGraph()
-    nodes = {n.name: n for n in flat_gd.node}
     roles = {t.op.name: f"arg:{i}" for i, t in enumerate(fg.inputs[:n_args])}
     roles.update({inn.op.name: (f"var:{var_of_placeholder[inn.op.name]}" if inn.op.name in var_of_placeholder
                                 else f"capture:{inn.dtype.name}") for inn in internal})
-    for op in scratch.get_operations():
-        user_site, lib_site = _site(origins.get(op.name))
-        extra = {}
-        if optypes.has(op.type, optypes.RANDOM):
-            extra = {k: int(op.get_attr(k)) for k in ("seed", "seed2") if k in op.node_def.attr}
-        graph.add_op(op.name, type=op.type, stateful=bool(op.op_def.is_stateful),
-                     outputs=[(t.dtype.name, str(t.shape)) for t in op.outputs],
-                     site=user_site, library_site=lib_site, device=op.device, role=roles.get(op.name, ""),
-                     attrs_digest=attrs_digest(nodes[op.name]), **extra)
-    for op in scratch.get_operations():
-        for slot, t in enumerate(op.inputs):
-            graph.add_data_edge(t.op.name, t.value_index, op.name, slot)
-        for c in op.control_inputs:
-            graph.add_control_edge(c.name, op.name)
-        resources, res_dtypes = [], {}
-        for slot, t in enumerate(op.inputs):
-            if t.dtype != tf.resource:
-                continue
-            var = var_of_placeholder.get(handle_source(t).op.name, OPAQUE_STATE)
-            resources.append((slot, var))
-            if var != OPAQUE_STATE:
-                res_dtypes[str(slot)] = variables[var].dtype.name
-        graph.attrs(op.name)["resources"] = resources
-        graph.attrs(op.name)["res_dtypes"] = res_dtypes
+    scope = Scope(graph, variables)
+    resolve = lambda t: var_of_placeholder.get(handle_source(t).op.name, OPAQUE_STATE)  # noqa: E731
+    scratch = scope.add("", flat_gd, origins, roles, resolve)
+    jit = tfcompat.jit_compile(target.step)
+    if jit:
+        graph.g.graph["opaque_reason"] = "the step compiles with XLA, whose loops need fixed shapes"
+    else:
+        scope.enter_bodies("", scratch, origins, resolve)
     graph.add_resource_edges()
     return Trace(graph=graph, graph_def=flat_gd, concrete=cf,
                  arg_names=[t.op.name for t in fg.inputs[:n_args]],
                  capture_names=[t.op.name for t in internal],
                  output_names=[t.name for t in fg.outputs],
                  variables=variables,
-                 jit_compile=tfcompat.jit_compile(target.step))
+                 jit_compile=jit, regions=scope.regions)
+
+
+class Scope:
+    """Adds the top-level graph, then each loop and branch body (any depth), to one OpGraph."""
+
+    def __init__(self, graph: OpGraph, variables: dict):
+        self.graph, self.variables = graph, variables
+        self.regions: dict[str, Region] = {}
+
+    def add(self, region: str, flat_gd, origins: dict, roles: dict, resolve) -> Any:
+        """Add the ops of one (flat) GraphDef as `region::name`; the scratch tf.Graph it was imported into.
+        `resolve(tensor)` names the variable behind a resource tensor of this scope."""
+        import tensorflow as tf
+
+        scratch = tf.Graph()  # imported once, for output dtypes, shapes and statefulness
+        with scratch.as_default():
+            tf.graph_util.import_graph_def(flat_gd, name="")
+        graph, nodes = self.graph, {n.name: n for n in flat_gd.node}
+        for op in scratch.get_operations():
+            user_site, lib_site = _site(origins.get(op.name))
+            extra = {}
+            if optypes.has(op.type, optypes.RANDOM):
+                extra = {k: int(op.get_attr(k)) for k in ("seed", "seed2") if k in op.node_def.attr}
+            if region:
+                extra["region"] = region
+            graph.add_op(op_id(op.name, region), type=op.type, stateful=bool(op.op_def.is_stateful),
+                         outputs=[(t.dtype.name, str(t.shape)) for t in op.outputs],
+                         site=user_site, library_site=lib_site, device=op.device, role=roles.get(op.name, ""),
+                         attrs_digest=attrs_digest(nodes[op.name]), **extra)
+        for op in scratch.get_operations():
+            me = op_id(op.name, region)
+            for slot, t in enumerate(op.inputs):
+                graph.add_data_edge(op_id(t.op.name, region), t.value_index, me, slot)
+            for c in op.control_inputs:
+                graph.add_control_edge(op_id(c.name, region), me)
+            resources, res_dtypes = [], {}
+            for slot, t in enumerate(op.inputs):
+                if t.dtype != tf.resource:
+                    continue
+                var = resolve(t)
+                resources.append((slot, var))
+                if var != OPAQUE_STATE:
+                    res_dtypes[str(slot)] = self.variables[var].dtype.name
+            graph.attrs(me)["resources"] = resources
+            graph.attrs(me)["res_dtypes"] = res_dtypes
+        return scratch
+
+    def enter_bodies(self, region: str, scratch, origins: dict, resolve) -> None:
+        """Add the bodies of every loop and branch op of a scope, and theirs in turn."""
+        for op in scratch.get_operations():
+            for suffix, fname in optypes.body_functions(op.type, op.node_def.attr):
+                origin = origins.get(op.name)
+                inner = tfcompat.function_graph(origin.graph if origin else None, fname)
+                if inner is not None:
+                    cond = tfcompat.function_graph(origin.graph, op.node_def.attr["cond"].func.name) \
+                        if optypes.loops(op.type) else None
+                    self._enter(region, op, suffix, fname, inner, cond, resolve)
+
+    def _enter(self, parent: str, op, suffix: str, fname: str, inner, cond, resolve) -> None:
+        rid = f"{op_id(op.name, parent)}/{suffix}"
+        body_gd, body_origins = inline_calls(inner.as_graph_def(), inner)
+        args = [t.op.name for t in inner.inputs]
+        offset = 0 if optypes.loops(op.type) else 1  # an If's input 0 is its predicate, a Case's its index
+        index = {a: k for k, a in enumerate(args)}
+
+        def resolve_body(t):  # a handle that enters the body as an argument is the one the op was given
+            src = handle_source(t)
+            k = index.get(src.op.name)
+            return resolve(op.inputs[k + offset]) if k is not None else OPAQUE_STATE
+
+        roles = {a: f"region_arg:{k}" for k, a in enumerate(args)}
+        body_scratch = self.add(rid, body_gd, body_origins, roles, resolve_body)
+        me = op_id(op.name, parent)
+        self.graph.add_region(rid, kind="loop" if optypes.loops(op.type) else "branch", op=me, parent=parent,
+                              args=[op_id(a, rid) for a in args], offset=offset,
+                              outputs=[self.graph.output(op_id(t.op.name, rid), t.value_index) for t in inner.outputs])
+        for k, a in enumerate(args):  # what feeds the op, and what is ordered before it, comes before its body
+            self.graph.add_region_edge(op_id(op.inputs[k + offset].op.name, parent), op_id(a, rid))
+            for c in op.control_inputs:
+                self.graph.add_region_edge(op_id(c.name, parent), op_id(a, rid))
+        for t in inner.outputs:
+            self.graph.add_region_edge(op_id(t.op.name, rid), me)
+        for x in self.graph.region_ops(rid):  # the whole body runs before the op is done
+            if self.graph.g.out_degree(x) == 0:
+                self.graph.add_region_edge(x, me)
+        self.regions[rid] = Region(id=rid, op=op.name, op_type=op.type, suffix=suffix, function=fname,
+                                   graph_def=body_gd, arg_names=args, output_names=[t.name for t in inner.outputs],
+                                   arg_specs=[(t.dtype, t.shape) for t in inner.inputs], parent=parent, cond=cond)
+        self.enter_bodies(rid, body_scratch, body_origins, resolve_body)

@@ -1,0 +1,127 @@
+"""Inside loops and branches: a source in a body is named as the op inside it, with its region and iteration.
+
+Planted faults (a numpy_function that varies only at a chosen loop iteration, an unseeded random trip count or
+predicate) force each case whatever the machine's load; the Keras examples check real CPU races inside a
+LossScaleOptimizer's cond and a gradient-accumulation loop.
+"""
+
+from __future__ import annotations
+
+from conftest import EXAMPLES, trace, until_it_fires
+
+NOISY_AT = """
+def noisy_at(k):
+    def f(x, i):  # varies only when the loop is at iteration k
+        return (x + np.random.random(x.shape) * (i == k)).astype(np.float32)
+    return f
+
+
+v = tf.Variable(tf.zeros([4]), name="v")
+"""
+
+COND_IN_WHILE = NOISY_AT + """
+
+@tf.function
+def step(x):
+    def body(i, s):
+        v.assign_add(x)  # a write every iteration, read by the next: state carried across iterations
+        r = tf.cond(i > 0, lambda: tf.numpy_function(noisy_at({k}), [v.read_value(), i], tf.float32),
+                    lambda: v.read_value())
+        return i + 1, s + tf.reduce_sum(r)
+    _, total = tf.while_loop(lambda i, s: i < 4, body, (tf.constant(0), tf.constant(0.0)))
+    return total
+
+
+inputs = (tf.ones([4]),)
+"""
+
+
+def test_a_source_in_a_cond_inside_a_while_is_named_inside_both_at_its_iteration(run_step):
+    t = run_step(COND_IN_WHILE.replace("{k}", "2"), runs=3)
+    assert t.code == 1
+    assert len(t.csv) == 1, t.csv
+    row = t.csv.iloc[0]
+    assert row["op_type"] == "PyFunc" and row["kind"] == "op"
+    assert row["region"] == "while/body::while/cond/then_branch"
+    assert row["op_name"].startswith(row["region"] + "::")
+    assert row["iteration"] == 2
+    assert bool(row["affects_result"])
+
+
+def test_a_deterministic_loop_with_a_branch_and_carried_state_has_no_source(run_step):
+    t = run_step(COND_IN_WHILE.replace("{k}", "99"), runs=3)  # the noise never fires
+    assert t.code == 0
+    assert t.csv.empty
+    ins = t.record.analyses[0].instrumented
+    assert ins.executions["while/body"] == [4, 4, 4]
+    assert ins.executions["while/body::while/cond/then_branch"] == [3, 3, 3]
+    assert ins.executions["while/body::while/cond/else_branch"] == [1, 1, 1]
+    assert any(tap.startswith("while/body::") and tap.endswith("@3") for tap in ins.taps)
+
+
+TRIP_COUNT = """
+v = tf.Variable(tf.zeros([]), name="v")
+
+
+@tf.function
+def step():
+    n = tf.random.uniform([], 1, 1000, dtype=tf.int32, name="trips")  # unseeded: another trip count each run
+    def body(i):
+        v.assign_add(1.0)
+        return (i + 1,)
+    tf.while_loop(lambda i: i < n, body, (tf.constant(0),))
+    return v.read_value()
+
+
+inputs = ()
+"""
+
+
+def test_a_trip_count_that_differs_is_a_finding_and_the_source_is_upstream_of_the_condition(run_step):
+    t = run_step(TRIP_COUNT, runs=3)
+    assert t.code == 1
+    assert list(t.csv["op_name"]) == ["trips"]
+    assert t.csv.iloc[0]["kind"] == "random"
+    counts = t.record.analyses[0].instrumented.executions["while/body"]
+    assert len(set(counts)) > 1
+    assert any(f.level == "warning" and f.message.startswith("while/body ran") for f in t.record.findings)
+
+
+BRANCH = """
+v = tf.Variable(tf.zeros([]), name="v")
+
+
+@tf.function
+def step():
+    heads = tf.random.uniform([], name="coin") < 0.5  # unseeded: another branch in some runs
+    tf.cond(heads, lambda: v.assign_add(1.0), lambda: v.assign_sub(1.0))
+    return v.read_value()
+
+
+inputs = ()
+"""
+
+
+def test_a_branch_taken_differently_is_a_finding_and_the_source_is_the_predicate(run_step):
+    t = until_it_fires(lambda: run_step(BRANCH, runs=6),
+                       also=lambda t: len(set(t.record.analyses[0].instrumented.executions["cond/then_branch"])) > 1)
+    assert t.code == 1
+    assert list(t.csv["op_name"]) == ["coin/RandomUniform"]
+    assert any("which branch runs" in f.message for f in t.record.findings)
+
+
+def test_mixed_precision_fit_names_the_scatter_inside_the_loss_scale_optimizer_cond(tmp_path):
+    t = until_it_fires(lambda: trace(EXAMPLES / "mixed_precision_fit.py", tmp_path / "r"))
+    assert t.code == 1
+    row = t.csv.iloc[0]
+    assert (row["op_type"], row["kind"], row["region"]) == ("ResourceScatterSub", "write", "cond/then_branch")
+    assert not any(t.csv["op_type"].isin(["If", "StatelessIf"]))
+
+
+def test_gradient_accumulation_names_the_scatter_inside_the_while_body(tmp_path):
+    t = until_it_fires(lambda: trace(EXAMPLES / "grad_accumulation.py", tmp_path / "r"))
+    assert t.code == 1
+    row = t.csv.iloc[0]
+    assert (row["op_type"], row["region"]) == ("ResourceScatterAdd", "while/body")
+    assert 0 <= row["iteration"] < 4
+    assert not any(t.csv["op_type"].isin(["While", "StatelessWhile"]))
