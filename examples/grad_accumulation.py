@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 keras.utils.set_random_seed(0)
-VOCAB, DIM, MICRO, N_MICRO, LENGTH, CLASSES = 1000, 64, 2048, 4, 16, 4
+VOCAB, DIM, MICRO, N_MICRO, LENGTH, CLASSES = 1000, 128, 2048, 4, 16, 4
 
 model = keras.Sequential([
     keras.Input((LENGTH,), dtype="int32"),

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from opbisect.cli import main
+from opbisect.record import store
 
 from conftest import EXAMPLES, NOISE_STEP, cli, write_script
 
@@ -163,23 +164,44 @@ def test_every_option_reaches_a_child_process_unchanged():
     assert again == changed
 
 
+NO_CALL = """
+    import keras
+    import tensorflow as tf
+
+
+    class NoCall(keras.Model):  # a custom train_step and no call(), as in the keras-io GAN
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(1)
+
+        def train_step(self, data):
+            x, y = data
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((self.dense(x) - y) ** 2)
+            grads = tape.gradient(loss, self.dense.trainable_weights)
+            self.optimizer.apply(grads, self.dense.trainable_weights)
+            {raise_}
+            return {{"loss": loss}}
+
+
+    model = NoCall()
+    model.compile(optimizer="sgd")
+    data = (np.ones((4, 2), np.float32), np.ones((4, 1), np.float32))
+    """
+
+
+def test_a_model_with_its_own_train_step_and_no_call_is_built_as_fit_builds_it(capsys, tmp_path):
+    path = write_script(tmp_path, "no_call", NO_CALL.format(raise_=""))
+    code, _, _ = run_main(capsys, "trace", str(path), "--runs", "2", "--out", str(tmp_path / "r"))
+    record = store.load(tmp_path / "r" / "no_call")
+    assert code == 0
+    restored = set(record.meta.initial_state)
+    assert any("dense" in k and "kernel" in k for k in restored) and any("iteration" in k for k in restored)
+
+
 def test_a_keras_model_that_cannot_be_built_shows_keras_own_message(capsys, tmp_path):
-    path = write_script(tmp_path, "no_call", """
-        import keras
-
-
-        class NoCall(keras.Model):  # a custom train_step and no call(), as in the keras-io GAN
-            def __init__(self):
-                super().__init__()
-                self.dense = keras.layers.Dense(1)
-
-            def train_step(self, data):
-                return {}
-
-
-        model = NoCall()
-        model.compile(optimizer="sgd")
-        data = (np.ones((4, 2), np.float32), np.ones((4, 1), np.float32))
-        """)
+    path = write_script(tmp_path, "no_call", NO_CALL.format(raise_='raise ValueError("the batch has no labels")'))
     code, _, err = run_main(capsys, "trace", str(path), "--out", str(tmp_path / "r"))
-    assert code == 125 and "Unable to automatically build the model" in err.splitlines()[-1]
+    last = err.splitlines()[-1]
+    assert code == 125 and "Unable to automatically build the model" in last and "the batch has no labels" in last
+    assert "no_call.py" in err  # the user's frame

@@ -231,3 +231,33 @@ def test_variables_sharing_a_name_pair_up_across_processes_by_creation_order(tmp
     assert len(names) > len(set(names))  # several variables do share a name
     assert done.returncode == 0, done.stdout + done.stderr
     assert not record.processes.differs and record.sources == []
+
+
+FIT_DENSE = """
+import keras
+
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)])
+model.compile(optimizer="adam", loss="mse", steps_per_execution={spe})
+rng = np.random.default_rng(0)
+x = rng.standard_normal((100, 8)).astype("float32")  # 100 rows at batch 32: a last batch of 4
+y = rng.standard_normal((100, 1)).astype("float32")
+fit_kwargs = {{"batch_size": 32, "epochs": 2, "shuffle": False}}
+"""
+
+
+def test_fit_with_a_partial_last_batch_is_replayed_as_fit_runs_it(run_step):
+    t = run_step(FIT_DENSE.format(spe=1), runs=2)
+    assert t.code == 0
+    assert t.record.default.steps == 8  # 4 batches (the last of 4 rows) per epoch, 2 epochs
+    replay = t.record.facts.fit_replay
+    assert replay.mismatch_step is None and replay.checked_steps == 8
+
+
+def test_fit_with_steps_per_execution_is_checked_at_the_steps_fit_reports(run_step):
+    t = run_step(FIT_DENSE.format(spe=3), runs=2)
+    assert t.code == 0
+    fit = t.record.fit
+    assert fit.steps_at == [3, 4, 7, 8]  # each epoch: one execution of 3 steps, then the last step alone
+    replay = t.record.facts.fit_replay
+    assert replay.mismatch_step is None and replay.checked_steps == 8

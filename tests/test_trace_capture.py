@@ -185,7 +185,7 @@ def test_any_number_of_taps_packs_into_one_vector_in_tap_order(tmp_path, n):
     taps, _ = capture.tappable_tensors(trace)
     chosen = (taps * 2)[:n]  # the same tensor may be tapped twice
     fp = fingerprint.FarmhashFingerprinter()
-    fps, _, full = capture.build(trace, chosen, fp, full=chosen)(args)
+    fps, _, full, _ = capture.build(trace, chosen, fp, full=chosen)(args)
     one = tf.function(lambda ts: fp.many(list(ts)))
     expected = one([tf.constant(a) for a in full]).numpy() if n else np.zeros(0, np.int64)
     assert fps.shape == (n,) and np.array_equal(fps, expected)
@@ -221,7 +221,7 @@ def test_fused_capture_returns_digests_in_tap_order(tmp_path, host_split):
     taps, _ = capture.tappable_tensors(trace)
     fused, _ = fingerprint.for_device("cpu", choice="fused")
     fused.host_dtypes = frozenset({"int32"}) if host_split else frozenset()
-    fps, _, full = capture.build(trace, taps, fused, full=taps)(args)
+    fps, _, full, _ = capture.build(trace, taps, fused, full=taps)(args)
     expected = fused.many([tf.constant(a) for a in full]).numpy()
     assert {trace.graph.dtype(t) for t in taps} >= {"int32", "float32"}
     assert np.array_equal(fps, expected)

@@ -56,7 +56,8 @@ def verdict(default: Trajectory, fit: Trajectory | None, processes: CrossProcess
     if batches:
         evidence.append(f"the batch of step {batches[0]} differs between runs")
     if fit is not None and fit.first_differing_step() is not None:
-        evidence.append(f"model.fit itself differs between runs from step {fit.first_differing_step()}")
+        evidence.append(f"model.fit itself differs between runs from step "
+                        f"{fit.step_number(fit.first_differing_step())}")
     if processes is not None and processes.differs:
         evidence.append(f"across {processes.processes} processes the results differ from step "
                         f"{processes.first_differing_step}")
@@ -89,14 +90,16 @@ def fit_replay(fit: Trajectory, replay: Trajectory, metric_variables: list[str])
     """Compare model.fit's weights with the replay's, step by step, while both are deterministic (after that,
     run 1 of each is one draw among many). Metric variables are left out: fit resets them every epoch."""
     metrics = set(metric_variables)
-    last = min(fit.steps, replay.steps, (fit.first_differing_step() or fit.steps + 1) - 1,
-               (replay.first_differing_step() or replay.steps + 1) - 1)
+    fit_ok = (fit.first_differing_step() or fit.steps + 1) - 1  # entries of fit's, then steps of the replay's
+    replay_ok = (replay.first_differing_step() or replay.steps + 1) - 1
+    entries = [j for j in range(1, fit_ok + 1) if fit.step_number(j) <= min(replay.steps, replay_ok)]
 
     def weights(t: Trajectory, k: int) -> dict:
         return {v: f for v, f in t.after[0][k - 1].items() if v not in metrics}
 
-    mismatch = next((k for k in range(1, last + 1) if weights(fit, k) != weights(replay, k)), None)
-    return FitReplay(checked_steps=last, mismatch_step=mismatch)
+    mismatch = next((fit.step_number(j) for j in entries if weights(fit, j) != weights(replay, fit.step_number(j))),
+                    None)
+    return FitReplay(checked_steps=fit.step_number(entries[-1]) if entries else 0, mismatch_step=mismatch)
 
 
 def body_findings(analyses: list) -> list:

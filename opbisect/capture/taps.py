@@ -44,8 +44,8 @@ class Instrumented:
         """Digests of the taps, the step's outputs, the `full` tensors, and per entered body its digest matrix
         (a row per execution of the body in this step, a column per tap of the body)."""
         feeds = self.trace.flat_args(args)
-        if self.concrete is None:
-            self.concrete = self.fn.get_concrete_function(*feeds)
+        if self.concrete is None:  # for the traced specs: a partial last batch is fed to the same function
+            self.concrete = self.fn.get_concrete_function(*self.trace.arg_specs())
         fps, outs, full, matrices = self.concrete(*feeds)
         digests = fps.numpy()
         if self.layout is not None:

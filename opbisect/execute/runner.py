@@ -112,14 +112,23 @@ class Runner:
         import keras
 
         state_fps = self.state_fps
+        per_epoch = max(1, sum(1 for _ in plan.batches()) // max(plan.epochs, 1))
 
         class AfterEachBatch(keras.callbacks.Callback):
+            """The state after each call of fit's train function, and the step it is after: with
+            steps_per_execution > 1, Keras calls back once per execution, with the index the execution's last batch
+            would have had (past the epoch's end for a short last execution)."""
+
             def __init__(self):
                 super().__init__()
-                self.after = []
+                self.after, self.steps, self.epochs = [], [], 0
+
+            def on_epoch_begin(self, epoch, logs=None):
+                self.epochs += 1
 
             def on_train_batch_end(self, batch, logs=None):
                 self.after.append(state_fps())
+                self.steps.append((self.epochs - 1) * per_epoch + min(batch + 1, per_epoch))
 
         result = Trajectory()
         kwargs = {k: v for k, v in plan.kwargs.items() if k not in ("verbose", "callbacks", "batch_size")}
@@ -134,6 +143,7 @@ class Runner:
                 except Exception as exc:
                     raise _step_error(exc, self.target) from None
                 result.after.append(recorder.after)
+                result.steps_at = recorder.steps
                 result.outputs.append([[] for _ in recorder.after])
                 result.batches.append([[] for _ in recorder.after])
                 advance()

@@ -2,6 +2,24 @@
 
 from __future__ import annotations
 
+_RESTORERS: dict[tuple, object] = {}  # one traced restore per set of variables, shared by every snapshot of it
+
+
+def _restorer(variables: list):
+    """A tf.function writing values (its argument) into `variables`: traced once, whatever the snapshot."""
+    import tensorflow as tf
+
+    key = tuple(id(v) for v in variables)
+    if key not in _RESTORERS:
+        def restore(values):
+            for v, value in zip(variables, values):
+                v.assign(value)
+
+        if len(_RESTORERS) >= 4:  # a process traces one step at a time: keep the latest few, free the rest
+            _RESTORERS.pop(next(iter(_RESTORERS)))
+        _RESTORERS[key] = tf.function(restore, autograph=False)
+    return _RESTORERS[key]
+
 
 class Snapshot:
     """Holds a copy of every variable's value and writes them all back in one call."""
@@ -14,15 +32,8 @@ class Snapshot:
         self.variables = [variables[k] for k in self.keys]
         # read_value() copies: a later assign to the variable does not touch the saved tensor.
         self.saved = [tf.identity(v.read_value()) for v in self.variables]
-        pairs = list(zip(self.variables, self.saved))
-
-        def restore():
-            for v, value in pairs:
-                v.assign(value)
-
-        self._restore = tf.function(restore, autograph=False)
+        self._restore = _restorer(self.variables)
 
     def restore(self) -> None:
         if self.variables:
-            self._restore()
-
+            self._restore(self.saved)

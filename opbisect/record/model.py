@@ -49,10 +49,17 @@ class Trajectory:
     batches: list[list[list[int]]] = dataclasses.field(default_factory=list)  # [run][step]
     outputs: list[list[list[int]]] = dataclasses.field(default_factory=list)
     after: list[list[dict[str, int]]] = dataclasses.field(default_factory=list)
+    # model.fit's: the step each entry is after (with steps_per_execution > 1 fit reports once per execution);
+    # empty: entry k is after step k
+    steps_at: list[int] = dataclasses.field(default_factory=list)
 
     @property
     def runs(self) -> int:
         return len(self.after)
+
+    def step_number(self, entry: int) -> int:
+        """The step (1-based) that entry `entry` (1-based) is after."""
+        return self.steps_at[entry - 1] if self.steps_at else entry
 
     @property
     def steps(self) -> int:

@@ -116,7 +116,8 @@ def steps_svg(record: Record) -> str | None:
     steps = list(range(1, record.steps + 1))
     ax.plot(steps, record.default.differing_variables(), marker="o", label="uninstrumented step (opbisect's runs)")
     if record.fit is not None:
-        ax.plot(list(range(1, record.fit.steps + 1)), record.fit.differing_variables(), marker="s", linestyle="--",
+        ax.plot([record.fit.step_number(k) for k in range(1, record.fit.steps + 1)], record.fit.differing_variables(),
+                marker="s", linestyle="--",
                 label="model.fit itself")
     if record.processes is not None:
         ax.plot(steps[:len(record.processes.differing_variables)], record.processes.differing_variables,

@@ -36,11 +36,12 @@ figure svg { max-width: 100%; height: auto; }
 """
 
 _COLUMNS = [("rank", "#"), ("op_name", "op"), ("op_type", "type"), ("kind", "kind"), ("first_step", "step"),
+            ("iteration", "iteration"),
             ("seen_across", "seen across"), ("runs_differing", "runs off"), ("distinct_values", "distinct"),
             ("downstream_differing", "downstream"), ("affects_result", "reaches result"),
             ("max_abs_diff", "max |diff|"), ("max_ulp_diff", "max ulp"), ("frac_elements_differing", "elements")]
-_NUMERIC = {"rank", "first_step", "runs_differing", "distinct_values", "downstream_differing", "max_abs_diff",
-            "max_ulp_diff", "frac_elements_differing"}
+_NUMERIC = {"rank", "first_step", "iteration", "runs_differing", "distinct_values", "downstream_differing",
+            "max_abs_diff", "max_ulp_diff", "frac_elements_differing"}
 
 
 def _cell(name: str, value) -> str:
@@ -118,7 +119,8 @@ def _detail(s: Source) -> str:
 
 
 def _neighbourhood(record: Record, s: Source) -> str:
-    differing = set(record.analyses[min(s.first_step, len(record.analyses)) - 1].differing)
+    # A body's tensor differs if it differs at any execution: the drawing is of the graph, not of one iteration.
+    differing = {t.partition("@")[0] for t in record.analyses[min(s.first_step, len(record.analyses)) - 1].differing}
     svg = drawing.neighbourhood_svg(record.op_graph, s, differing)
     return (f'<figure data-op="{escape(s.op_name)}" data-rank="{s.rank}"><figcaption>#{s.rank} '
             f"<code>{escape(s.op_name)}</code> ({escape(s.op_type)}), step {s.first_step}</figcaption>{svg}</figure>")

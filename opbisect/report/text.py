@@ -36,8 +36,10 @@ def fit_lines(record: Record) -> list[str]:
     if fit is None or replay is None:
         return []
     first = fit.first_differing_step()
-    lines = [f"model.fit itself: {fit.runs} runs of {fit.steps} steps: "
-             + (f"step {first} is the first differing step; variables differing after each step: "
+    per = (f"{fit.step_number(fit.steps)} steps, seen after each of {fit.steps} executions (steps_per_execution)"
+           if fit.steps_at and fit.step_number(fit.steps) != fit.steps else f"{fit.steps} steps")
+    lines = [f"model.fit itself: {fit.runs} runs of {per}: "
+             + (f"step {fit.step_number(first)} is the first differing step; variables differing after each: "
                 f"{', '.join(map(str, fit.differing_variables()))}" if first else "every run ends identically")]
     if replay.checked_steps == 0:
         return lines + ["note: the replay cannot be checked against model.fit: both differ from step 1"]
@@ -91,6 +93,9 @@ def source_lines(record: Record, s: Source) -> list[str]:
              f"{s.distinct_values} distinct values in {s.runs} {'processes' if across else 'runs'} "
              f"({s.runs_differing} off the common one), {s.downstream_differing} differing ops after it"
              f"{'' if s.affects_result else ', does not reach the result'}{magnitude}"]
+    if s.region:
+        at = "" if s.iteration is None else f", first at iteration {s.iteration} of its loop"
+        lines.append(f"     inside {s.region}{at}")
     if s.source_location:
         lines.append(f"     at {s.source_location}")
     if s.known_remedy:

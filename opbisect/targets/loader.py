@@ -34,6 +34,7 @@ class Target:
     steps_available: int | None = None  # how many steps `make_batches` yields, when known
     fit: Any = None  # FitPlan for the fit form
     dataset: Any = None  # the tf.data dataset behind the batches, for the pipeline checks
+    signature: tuple | None = None  # what the step is traced for (fit: the dataset's specs, a partial last batch too)
 
     @property
     def name(self) -> str:
@@ -192,16 +193,23 @@ def _keras_step(model, batch: tuple, path: Path):
         raise TargetError(f"{path}: `model` must be a keras.Model, got {type(model).__name__}")
     if getattr(model, "optimizer", None) is None:
         raise TargetError(f"{path}: `model` is not compiled: call model.compile(optimizer=..., loss=...) first")
+    def train_step(*data_batch):
+        return model.train_step(data_batch)
+
     try:
         # Build every variable (layers, optimizer slots, compiled metrics) before tracing, as fit does, so the
         # traced step creates none and the snapshot holds all of them.
         tfcompat.build_keras_model(model, batch)
     except Exception as exc:
-        raise TargetError(f"{path}: building `model` on `data` raised {error_summary(exc)}",
-                          user_traceback(exc, path)) from None
-
-    def train_step(*data_batch):
-        return model.train_step(data_batch)
+        # A model with its own train_step and no call() (a GAN) cannot be built symbolically; fit then builds
+        # it while tracing its train function. So does opbisect: one trace, which creates the variables with
+        # their initial values and runs nothing.
+        try:
+            tf.function(train_step, autograph=False).get_concrete_function(*batch)
+        except Exception as step_exc:
+            raise TargetError(f"{path}: building `model` on `data` raised {error_summary(exc)}; tracing its "
+                              f"train_step, as fit builds such a model, raised {error_summary(step_exc)}",
+                              user_traceback(step_exc, path)) from None
 
     return tf.function(train_step, jit_compile=bool(model.jit_compile), reduce_retracing=True)
 
@@ -281,6 +289,13 @@ def _fit_target(module, path: Path) -> tuple[Any, FitPlan, tuple, int]:
     return _keras_step(module.model, first, path), plan, first, steps
 
 
+def _signature(dataset) -> tuple:
+    """The step's arguments as fit traces its train function: the dataset's element specs (a batch dimension of
+    None where batches differ in size, as a partial last batch does)."""
+    spec = dataset.element_spec
+    return tuple(spec) if isinstance(spec, (tuple, list)) else (spec,)
+
+
 def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs") -> Target:
     path = Path(path)
     module = load_module(path)
@@ -296,7 +311,7 @@ def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs"
         step, plan, first, steps = _fit_target(module, path)
         target = Target(path=path, step=step, make_inputs=lambda: first, variables=None, form="fit",
                         module=module, make_batches=plan.batches, steps_available=steps, fit=plan,
-                        dataset=plan.dataset)
+                        dataset=plan.dataset, signature=_signature(plan.dataset))
         return _with_variables(target, names, path)
     elif "model" in names and "data" in names:
         step, make_inputs = _keras_target(module, path)

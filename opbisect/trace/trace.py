@@ -55,6 +55,14 @@ class Trace:
     jit_compile: bool | None
     regions: dict[str, "Region"] = dataclasses.field(default_factory=dict)  # entered bodies, parents first
 
+    def arg_specs(self) -> list:
+        """The specs the step's flat arguments were traced for (a dimension may be None)."""
+        import tensorflow as tf
+
+        graph = self.concrete.graph
+        return [tf.TensorSpec(graph.get_operation_by_name(n).outputs[0].shape,
+                              graph.get_operation_by_name(n).outputs[0].dtype) for n in self.arg_names]
+
     def flat_args(self, args: tuple) -> list:
         """The user's arguments flattened the way the concrete function feeds its placeholders."""
         return tfcompat.flat_call_args(self.concrete, args)
@@ -135,7 +143,7 @@ def handle_source(t):
 
 def concrete_function(target: Target, args: tuple):
     try:
-        return target.step.get_concrete_function(*args)
+        return target.step.get_concrete_function(*(target.signature or args))
     except Exception as exc:
         raise TargetError(f"tracing `{target.path.name}`'s step raised {error_summary(exc)}",
                           user_traceback(exc, target.path)) from None
