@@ -125,3 +125,30 @@ def test_gradient_accumulation_names_the_scatter_inside_the_while_body(tmp_path)
     assert (row["op_type"], row["region"]) == ("ResourceScatterAdd", "while/body")
     assert 0 <= row["iteration"] < 4
     assert not any(t.csv["op_type"].isin(["While", "StatelessWhile"]))
+
+
+XLA_LOOP = """
+v = tf.Variable(tf.zeros([4]), name="v")
+
+
+@tf.function(jit_compile=True)
+def step(x):
+    def body(i, s):
+        v.assign_add(x)
+        noisy = tf.cond(i > 1, lambda: v + tf.random.uniform([4], name="noise"), lambda: v * 2.0)
+        return i + 1, s + tf.reduce_sum(noisy)
+    _, total = tf.while_loop(lambda i, s: i < 4, body, (tf.constant(0), tf.constant(0.0)))
+    return total
+
+
+inputs = (tf.ones([4]),)
+"""
+
+
+def test_under_xla_a_source_in_a_branch_inside_a_loop_is_named_with_its_iteration(run_step):
+    t = run_step(XLA_LOOP, runs=3)
+    assert t.record.meta.jit_compile and t.code == 1
+    assert list(t.csv["region"]) == ["while/body::while/cond/then_branch"]
+    row = t.csv.iloc[0]
+    assert row["op_type"] == "RandomUniform" and row["kind"] == "random" and row["iteration"] == 2
+    assert t.record.analyses[0].instrumented.executions["while/body"] == [4, 4, 4]

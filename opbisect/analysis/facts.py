@@ -107,13 +107,24 @@ def body_findings(analyses: list) -> list:
     The cause lies upstream of the loop's condition or the branch's predicate; the sources say where."""
     from ..record.model import Finding
 
+    from ..ir.ids import TensorRef
+
     found, seen = [], set()
     for a in analyses:
+        kept: dict[str, int] = {}  # executions fingerprinted per body (fewer than ran: a fixed-size XLA matrix)
+        for tap in a.instrumented.taps:
+            ref = TensorRef.parse(tap)
+            if ref.iteration is not None:
+                kept[ref.region] = max(kept.get(ref.region, 0), ref.iteration + 1)
         for region, counts in a.instrumented.executions.items():
+            if region in kept and max(counts) > kept[region] and ("kept", region) not in seen:
+                seen.add(("kept", region))
+                found.append(Finding("note", f"{region} ran {max(counts)} times in step {a.step}; under XLA its first "
+                                             f"{kept[region]} executions are fingerprinted (a fixed size)"))
             if region in seen or len(set(counts)) < 2:
                 continue
             seen.add(region)
-            runs = ", ".join(str(c) for c in counts)
+            runs = ", ".join(str(c) for c in counts)  # (a fixed-size XLA matrix counts past its capacity too)
             what = "the loop's trip count" if region.endswith("/body") else "which branch runs"
             found.append(Finding("warning", f"{region} ran {runs} times in the runs of step {a.step}: {what} "
                                             f"differs between runs"))

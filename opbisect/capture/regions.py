@@ -12,6 +12,10 @@ holds (at any depth) as extra inputs and returns them with its rows appended:
   iteration of the outer loop.
 The index of the current row of the enclosing body goes in as one more input, so each row says where it ran.
 
+Under XLA every shape is fixed, so a matrix cannot grow: it has a fixed number of rows instead, a header row
+whose column 0 counts the executions, then `capacity` rows, then one spare row that executions past the capacity
+overwrite (counted, not fingerprinted). A body outside any loop runs at most once: its capacity is 1.
+
 Only the GraphDef changes: each rebuilt body is traced once (tf.function over the body's own GraphDef with
 capture nodes added) and put in the step's function library; no Python name is patched.
 """
@@ -22,11 +26,50 @@ from ..trace.inline import parse_input
 from .taps import PREFIX, _GraphDefBuilder, _without_fed_placeholders, digest_vector, tap_specs, tappable_tensors
 
 INDEX = f"{PREFIX}/index"  # placeholder in a rebuilt body: the index of its current execution
+LOOP_ROWS = 512  # under XLA: the executions of a body inside a loop fingerprinted per step
 
 
 def width(trace, region: str) -> int:
     """Columns of a body's matrix: the enclosing execution's index, then one per tap."""
     return 1 + len(tappable_tensors(trace, region)[0])
+
+
+def capacity(trace, region: str) -> int | None:
+    """Rows of a body's matrix under XLA (None: it grows, one row per execution)."""
+    if not trace.jit_compile:
+        return None
+    graph, r = trace.graph, region
+    while r:
+        if graph.regions[r]["kind"] == "loop":
+            return LOOP_ROWS
+        r = graph.regions[r]["parent"]
+    return 1
+
+
+def shape(trace, region: str) -> list:
+    rows = capacity(trace, region)
+    return [-1 if rows is None else rows + 2, width(trace, region)]
+
+
+def read_rows(trace, region: str, matrix) -> tuple:
+    """(the fingerprinted rows of a body's matrix, how many times the body ran)."""
+    rows = capacity(trace, region)
+    if rows is None:
+        return matrix, matrix.shape[0]
+    ran = int(matrix[0, 0])
+    return matrix[1:1 + min(ran, rows)], ran
+
+
+def _append(matrix, row, rows: int | None):
+    """The matrix with `row` added for one more execution, and the index of that execution."""
+    import tensorflow as tf
+
+    if rows is None:
+        return tf.concat([matrix, row], 0), tf.shape(matrix, out_type=tf.int64)[0]
+    ran = matrix[0, 0]
+    at = tf.reshape(tf.minimum(ran + 1, rows + 1), [1, 1])  # past the capacity: the spare row
+    matrix = tf.tensor_scatter_nd_update(matrix, at, row)
+    return tf.tensor_scatter_nd_update(matrix, [[0, 0]], tf.reshape(ran + 1, [1])), ran
 
 
 def rewrite_control_flow(b: _GraphDefBuilder, trace, scope: str, fingerprinter, index: str,
@@ -45,19 +88,19 @@ def rewrite_control_flow(b: _GraphDefBuilder, trace, scope: str, fingerprinter, 
     out = {}
     for op_name, bodies in by_op.items():
         report = [r for body in bodies for r in graph.subregions(body.id)]
-        widths = {r: width(trace, r) for r in report}
+        shapes_of = {r: shape(trace, r) for r in report}
         node = b.nodes[op_name]
         loop = "body" in node.attr
         n0 = len(node.attr["T" if loop else "Tout"].list.type)
         for body in bodies:
-            name = _body_function(b, trace, body, report, widths, fingerprinter, loop)
+            name = _body_function(b, trace, body, report, shapes_of, fingerprinter, loop)
             if body.suffix.startswith("branch") and node.attr["branches"].list.func:
                 node.attr["branches"].list.func[int(body.suffix[len("branch"):])].name = name
             else:
                 node.attr[body.suffix].func.name = name
         int64 = tf.int64.as_datatype_enum
         if loop:
-            node.attr["cond"].func.name = _cond_function(b, bodies[0], report, widths)
+            node.attr["cond"].func.name = _cond_function(b, bodies[0], report, shapes_of)
             node.attr["T"].list.type.extend([int64] * (1 + len(report)))
         else:
             node.attr["Tin"].list.type.extend([int64] * (1 + len(report)))
@@ -71,10 +114,10 @@ def rewrite_control_flow(b: _GraphDefBuilder, trace, scope: str, fingerprinter, 
             if loop:
                 shapes.add()  # the index: a scalar
             for r in report:
-                shape = tensor_shape_pb2.TensorShapeProto()
-                shape.dim.add(size=-1)
-                shape.dim.add(size=widths[r])
-                shapes.append(shape)
+                proto = tensor_shape_pb2.TensorShapeProto()
+                for size in shapes_of[r]:
+                    proto.dim.add(size=size)
+                shapes.append(proto)
         first = n0 + (1 if loop else 0)
         out.update({r: f"{op_name}:{first + j}" for j, r in enumerate(report)})
     return out
@@ -89,22 +132,24 @@ def empty_matrices(b: _GraphDefBuilder, trace) -> tuple[str, dict[str, str]]:
     b.add(INDEX, "Const", dtype=tf.int64, value=attr_value_pb2.AttrValue(tensor=zero))
     specs = {}
     for j, region in enumerate(trace.regions):
-        value = tensor_pb2.TensorProto(dtype=tf.int64.as_datatype_enum)
-        value.tensor_shape.dim.add(size=0)
-        value.tensor_shape.dim.add(size=width(trace, region))
-        b.add(f"{PREFIX}/empty/{j}", "Const", dtype=tf.int64, value=attr_value_pb2.AttrValue(tensor=value))
+        rows, cols = shape(trace, region)
+        dims = tensor_pb2.TensorProto(dtype=tf.int32.as_datatype_enum, int_val=[max(rows, 0), cols])
+        dims.tensor_shape.dim.add(size=2)
+        b.add(f"{PREFIX}/empty/{j}/dims", "Const", dtype=tf.int32, value=attr_value_pb2.AttrValue(tensor=dims))
+        b.add(f"{PREFIX}/empty/{j}", "Fill", [f"{PREFIX}/empty/{j}/dims:0", f"{INDEX}:0"], T=tf.int64,
+              index_type=tf.int32)  # zeros: a fixed-size matrix's count starts at 0
         specs[region] = f"{PREFIX}/empty/{j}:0"
     return f"{INDEX}:0", specs
 
 
-def _signature(region, report: list[str], widths: dict) -> list:
+def _signature(region, report: list[str], shapes_of: dict) -> list:
     import tensorflow as tf
 
-    return ([tf.TensorSpec(shape, dtype) for dtype, shape in region.arg_specs] + [tf.TensorSpec([], tf.int64)]
-            + [tf.TensorSpec([None, widths[r]], tf.int64) for r in report])
+    return ([tf.TensorSpec(s, dtype) for dtype, s in region.arg_specs] + [tf.TensorSpec([], tf.int64)]
+            + [tf.TensorSpec([None if n < 0 else n for n in shapes_of[r]], tf.int64) for r in report])
 
 
-def _body_function(b: _GraphDefBuilder, trace, region, report: list[str], widths: dict, fingerprinter,
+def _body_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes_of: dict, fingerprinter,
                    loop: bool) -> str:
     """Trace the rebuilt body of `region`; its FunctionDef (and those it calls) go in b's library. Its name."""
     import numpy as np
@@ -127,11 +172,12 @@ def _body_function(b: _GraphDefBuilder, trace, region, report: list[str], widths
     imported = [w for w in wanted if parse_input(w)[0] not in set(fed)]
     order = None if layout is None else np.argsort(np.asarray(layout))  # vector position of each tap
     n_args, n_out = len(region.arg_names), len(region.output_names)
+    rows, cols = capacity(trace, region.id), shapes_of[region.id][1]
 
     def body(*args):
         rb.register(tf.compat.v1.get_default_graph())
         tick, came = args[n_args], dict(zip(report, args[n_args + 1:]))
-        index = tf.shape(came[region.id], out_type=tf.int64)[0]  # this execution's row
+        index = tf.shape(came[region.id], out_type=tf.int64)[0] if rows is None else came[region.id][0, 0]
         feeds = {f"{a}:0": x for a, x in zip(region.arg_names, args)}
         feeds[f"{INDEX}:0"] = index
         feeds.update({f"{PREFIX}/in/{j}:0": came[r] for j, r in enumerate(inner)})
@@ -140,33 +186,34 @@ def _body_function(b: _GraphDefBuilder, trace, region, report: list[str], widths
         by_spec = dict(zip(imported, got))
         values = [by_spec[w] if w in by_spec else feeds[w] for w in wanted]
         digests = values[n_out] if order is None else tf.gather(values[n_out], order)
-        row = tf.concat([tf.reshape(tick, [1, 1]), tf.reshape(digests, [1, widths[region.id] - 1])], 1)
+        row = tf.concat([tf.reshape(tick, [1, 1]), tf.reshape(digests, [1, cols - 1])], 1)
         gone = dict(zip(inner, values[n_out + 1:]))
-        gone[region.id] = tf.concat([came[region.id], row], 0)
+        gone[region.id] = _append(came[region.id], row, rows)[0]
         carried = [tick] if loop else []
         return [tf.identity(v) for v in values[:n_out]] + carried + [gone.get(r, came[r]) for r in report]
 
-    fn = tf.function(body, input_signature=_signature(region, report, widths), autograph=False)
+    fn = tf.function(body, input_signature=_signature(region, report, shapes_of), autograph=False)
     b.functions.extend(rb.functions)
     return _into_library(b, fn.get_concrete_function())
 
 
-def _cond_function(b: _GraphDefBuilder, region, report: list[str], widths: dict) -> str:
+def _cond_function(b: _GraphDefBuilder, region, report: list[str], shapes_of: dict) -> str:
     """The loop's condition, taking (and ignoring) the extra loop variables."""
     import tensorflow as tf
 
     cond = region.cond
-    gd = cond.as_graph_def()
     names = [t.op.name for t in cond.inputs]
+    gd, read = _without_fed_placeholders(cond.as_graph_def(), names)  # XLA refuses a graph with placeholders
     out = cond.outputs[0].name
 
     def fn(*args):
         feeds = {f"{n}:0": x for n, x in zip(names, args)}
         if out in feeds:
             return tf.identity(feeds[out])
-        return tf.graph_util.import_graph_def(gd, input_map=feeds, return_elements=[out], name="cond")[0]
+        return tf.graph_util.import_graph_def(gd, input_map={f"{n}:0": feeds[f"{n}:0"] for n in read},
+                                              return_elements=[out], name="cond")[0]
 
-    sig = _signature(region, report, widths)
+    sig = _signature(region, report, shapes_of)
     return _into_library(b, tf.function(fn, input_signature=sig, autograph=False).get_concrete_function())
 
 

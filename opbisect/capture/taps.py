@@ -52,14 +52,18 @@ class Instrumented:
             in_order = np.empty_like(digests)
             in_order[self.layout] = digests
             digests = in_order
-        return digests, list(outs), [t.numpy() for t in full], {r: m.numpy() for r, m in zip(self.regions, matrices)}
+        from .regions import read_rows
 
-    def unrolled(self, fps: list[np.ndarray], matrices: list[dict]) -> tuple[list[str], list[list]]:
+        bodies = {r: read_rows(self.trace, r, m.numpy()) for r, m in zip(self.regions, matrices)}
+        return digests, list(outs), [t.numpy() for t in full], bodies
+
+    def unrolled(self, fps: list[np.ndarray], bodies: list[dict]) -> tuple[list[str], list[list]]:
         """Every run's digests as one row over the same columns: the taps, then each body's taps at each
         execution (`region::op:0@k`), as many executions as the most any run had; None where a run had fewer."""
         from ..ir.ids import TensorRef
 
         taps, rows = list(self.taps), [list(map(int, f)) for f in fps]
+        matrices = [{r: m for r, (m, _) in run.items()} for run in bodies]
         for r in self.regions:
             most = max((m[r].shape[0] for m in matrices), default=0)
             width = len(self.region_taps[r])

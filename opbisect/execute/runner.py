@@ -171,8 +171,8 @@ class Runner:
                 full.append(whole)
                 advance()
         result.taps, result.fps = inst.unrolled(digests, matrices)
-        result.executions = {r: [int(m[r].shape[0]) for m in matrices] for r in inst.regions}
-        result.enclosing = {r: [int(x) for x in matrices[0][r][:, 0]] for r in inst.regions} if matrices else {}
+        result.executions = {r: [int(m[r][1]) for m in matrices] for r in inst.regions}
+        result.enclosing = {r: [int(x) for x in matrices[0][r][0][:, 0]] for r in inst.regions} if matrices else {}
         return result, full
 
     @contextlib.contextmanager

@@ -175,10 +175,7 @@ def trace_step(target: Target, args: tuple) -> Trace:
     resolve = lambda t: var_of_placeholder.get(handle_source(t).op.name, OPAQUE_STATE)  # noqa: E731
     scratch = scope.add("", flat_gd, origins, roles, resolve)
     jit = tfcompat.jit_compile(target.step)
-    if jit:
-        graph.g.graph["opaque_reason"] = "the step compiles with XLA, whose loops need fixed shapes"
-    else:
-        scope.enter_bodies("", scratch, origins, resolve)
+    scope.enter_bodies("", scratch, origins, resolve)
     graph.add_resource_edges()
     return Trace(graph=graph, graph_def=flat_gd, concrete=cf,
                  arg_names=[t.op.name for t in fg.inputs[:n_args]],

@@ -4,6 +4,7 @@
 #   bash reports/h200/run_examples.sh examples   # the fused-op build and check, then every example
 #   bash reports/h200/run_examples.sh controls   # the *_opdet controls, then --processes and the observer check
 #   bash reports/h200/run_examples.sh reproducers  # every reproducer the examples wrote, each in a fresh process
+#   bash reports/h200/run_examples.sh bodies     # the loop and branch examples, each with its op-determinism control
 # Writes $RESULTS (default $OUT/h200): one report folder per step (--html), <name>.txt (what the terminal showed),
 # exits.txt, reproducers.txt; packs it (without the reproducers' .npz inputs) into $OUT/h200-<phase>.tgz, the
 # device returning at most 8 files of 16 MiB. PACK=0 keeps it in place for the next phase instead.
@@ -30,6 +31,12 @@ if [ "$PHASE" = reproducers ]; then
   for f in "$R"/*/repro/*.py; do
     start=$(date +%s); timeout 120 python3 "$f" > /tmp/repro.out 2>&1; code=$?
     echo "${f#$R/} exit=$code seconds=$(( $(date +%s) - start )): $(tail -1 /tmp/repro.out)" | tee -a "$R/reproducers.txt"
+  done
+elif [ "$PHASE" = bodies ]; then
+  for ex in mixed_precision_fit grad_accumulation bert_like_fit_mixed lstm_embedding; do
+    trace "$ex" "examples/$ex.py"
+    [ "$ex" = lstm_embedding ] && continue
+    bash reports/h200/opdet_wrapper.sh "$ex" "$W" "${ex}_opdet"; trace "${ex}_opdet" "$W/${ex}_opdet.py"
   done
 elif [ "$PHASE" = examples ]; then
   for ex in embedding_sgd bert_like bert_like_determinism bert_like_fit scatter_segment_resize conv2d_net; do
