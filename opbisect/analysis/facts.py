@@ -105,9 +105,8 @@ def fit_replay(fit: Trajectory, replay: Trajectory, metric_variables: list[str])
 def body_findings(analyses: list) -> list:
     """A loop whose trip count, or a branch op whose taken branch, differs between runs (first step where it does).
     The cause lies upstream of the loop's condition or the branch's predicate; the sources say where."""
-    from ..record.model import Finding
-
     from ..ir.ids import TensorRef
+    from ..record.model import Finding
 
     found, seen = [], set()
     for a in analyses:
