@@ -116,6 +116,9 @@ def test_mixed_precision_fit_names_the_scatter_inside_the_loss_scale_optimizer_c
     row = t.csv.iloc[0]
     assert (row["op_type"], row["kind"], row["region"]) == ("ResourceScatterSub", "write", "cond/then_branch")
     assert not any(t.csv["op_type"].isin(["If", "StatelessIf"]))
+    import keras
+
+    assert keras.mixed_precision.global_policy().name == "float32"  # the script's policy does not leak out
 
 
 def test_gradient_accumulation_names_the_scatter_inside_the_while_body(tmp_path):

@@ -97,19 +97,31 @@ def _module_name(path: Path) -> str:
 @contextlib.contextmanager
 def importable(path: Path):
     """While opbisect works on the script: its folder is on sys.path (it may import its neighbours) and its module
-    may sit in sys.modules (dataclasses, pickling and autograph look it up). Both are put back afterwards, so
-    nothing of one script is left behind for the next."""
+    may sit in sys.modules (dataclasses, pickling and autograph look it up). Both are put back afterwards, and so
+    is Keras' global dtype policy (a script may set `mixed_float16`), so nothing of one script is left behind for
+    the next."""
     name = _module_name(path)
     saved_path, saved_module = list(sys.path), sys.modules.get(name)
+    policy = _keras_policy()
     sys.path.insert(0, str(Path(path).parent.resolve()))
     try:
         yield
     finally:
+        if "keras" in sys.modules:
+            import keras
+
+            keras.mixed_precision.set_global_policy(policy or keras.config.floatx())
         sys.path[:] = saved_path
         if saved_module is None:
             sys.modules.pop(name, None)
         else:
             sys.modules[name] = saved_module
+
+
+def _keras_policy():
+    """Keras' global dtype policy, or None where Keras is not imported yet (then no script has set one)."""
+    keras = sys.modules.get("keras")
+    return keras.mixed_precision.global_policy() if keras is not None else None
 
 
 def load_module(path: Path):
