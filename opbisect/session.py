@@ -146,18 +146,28 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
 
     with progress_display(settings.progress) as progress:
         runner = Runner(trace, target, state_fps, capture.make_value_fingerprinter(fp), progress)
-        fit_runs = runner.fit(start, target.fit, settings.runs, "model.fit") if target.fit else None
-        default_runs = runner.plain(start, feeder, settings.runs, None, "uninstrumented step")
-        pinned_runs = runner.plain(start, feeder, settings.runs, pinned, "uninstrumented step, grappler pinned") \
-            if pinned else None
-        choice = facts.grappler_choice(default_runs, pinned_runs)
-        options = pinned if choice.config == "pinned" else None
-        analysed = analyse_steps(runner, trace, feeder, restored, start, capture.build(trace, taps, fp), fp,
-                                 settings.runs, settings.magnitude_passes, options, results,
-                                 default_runs.differing_batches(), settings.replay_runs if settings.replay else 0,
-                                 device_name(kind))
+        inst = capture.build(trace, taps, fp)
+        runs, unsettled = settings.runs, ""
+        while True:
+            fit_runs = runner.fit(start, target.fit, runs, "model.fit") if target.fit else None
+            default_runs = runner.plain(start, feeder, runs, None, "uninstrumented step")
+            pinned_runs = runner.plain(start, feeder, runs, pinned, "uninstrumented step, grappler pinned") \
+                if pinned else None
+            choice = facts.grappler_choice(default_runs, pinned_runs)
+            options = pinned if choice.config == "pinned" else None
+            analysed = analyse_steps(runner, trace, feeder, restored, start, inst, fp, runs,
+                                     settings.magnitude_runs or runs, options, results,
+                                     default_runs.differing_batches(), settings.replay_runs if settings.replay else 0,
+                                     device_name(kind))
+            plain = pinned_runs if choice.config == "pinned" else default_runs
+            unsettled = unsettled or facts.unsettled(default_runs, fit_runs, choice,
+                                                     facts.observer_effect(plain.at(1), analysed[0][0].instrumented))
+            if runs >= settings.max_runs or not unsettled:
+                break
+            runs = settings.max_runs  # look harder: every pass again, from the same state, with more runs
     meta = Meta(script=str(settings.script), script_path=str(settings.script.resolve()), form=target.form,
-                runs=settings.runs, steps=steps, metric_variables=metric_variables(target, trace),
+                runs=runs, steps=steps, metric_variables=metric_variables(target, trace),
+                looked_harder=unsettled if runs > settings.runs else "",
                 fingerprinter=fp.name, fingerprint=fp.key, jit_compile=bool(trace.jit_compile),
                 ops=len(trace.graph), variables=len(trace.variables), restored_variables=len(restored),
                 initial_state=initial_state, seconds=round(time.time() - started, 2), **environment(tf, kind))
@@ -170,7 +180,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
                     observer=facts.observer_effect(plain.at(1), analysed[0][0].instrumented),
                     fit_replay=facts.fit_replay(fit_runs, default_runs, meta.metric_variables) if fit_runs else None))
     per_step = [(a.step, c.sources, a.magnitudes, a.replays) for a, c, _ in analysed]
-    record.sources = rank(in_process_rows(trace.graph, per_step, settings.runs,
+    record.sources = rank(in_process_rows(trace.graph, per_step, runs,
                                           plain_varies=record.facts.verdict.nondeterministic))
     inputs = {op: got for _, _, step_inputs in analysed for op, got in step_inputs.items()}
     record.sources, files = reproducers(record, inputs, settings.replay_runs, kind)

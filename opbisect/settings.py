@@ -44,6 +44,9 @@ class TraceSettings:
     processes: int = option(1, "repeat the experiment in this many fresh Python processes and compare them op by "
                                "op (cuDNN autotuning, hash-seed-dependent tracing, unseeded initializers)",
                             minimum=1)
+    max_runs: int = option(0, "look harder: when the first --runs leave the step deterministic, or a claim (capture "
+                                "hid or created the difference, grappler is involved) too few runs to support, run "
+                                "every pass again with this many runs (default 0: never)", minimum=0)
     magnitude_runs: int = option(0, "runs of the magnitude pass (default 0: as many as --runs)", minimum=0)
     replay: bool = option(True, "do not replay each source alone on its recorded inputs (nor write reproducers)",
                           flag="--no-replay")
@@ -93,10 +96,8 @@ class TraceSettings:
                 raise UsageError(f"{_flag(f)} must be at least {m['minimum']} (got {value})")
             if m["choices"] and value not in m["choices"]:
                 raise UsageError(f"{_flag(f)} must be one of {', '.join(m['choices'])} (got {value!r})")
-
-    @property
-    def magnitude_passes(self) -> int:
-        return self.magnitude_runs or self.runs
+        if 0 < self.max_runs <= self.runs:
+            raise UsageError(f"--max-runs must be more than --runs ({self.runs}), or 0 (got {self.max_runs})")
 
 
 def _flag(f: dataclasses.Field) -> str:

@@ -19,7 +19,7 @@ from opbisect.analysis import preflight
 from opbisect.cli import main
 from opbisect.record.model import RECORD_VERSION
 
-from conftest import ROOT, trace, write_script
+from conftest import NOISE_STEP, ROOT, trace, write_script
 
 # A numpy_function that varies only on the calls listed: each pass of the experiment runs the step once per run,
 # in a fixed order (with runs=3: the plain step under your config = calls 1-3, pinned = 4-6, instrumented = 7-9),
@@ -48,26 +48,41 @@ inputs = (tf.ones([4]),)
 """
 
 
-def planted(run_step, vary_on: set, **settings):
-    return run_step(PLANTED.format(vary_on=sorted(vary_on) or "set()"), runs=3, magnitude_runs=2, **settings)
+def planted(run_step, vary_on: set, runs: int = 3, **settings):
+    """Runs calls 1..runs: the default pass, then the pinned pass, then the instrumented one."""
+    return run_step(PLANTED.format(vary_on=sorted(vary_on) or "set()"), runs=runs, magnitude_runs=2, **settings)
 
 
 def test_a_difference_only_capture_creates_is_an_observer_effect_and_exits_0(run_step):
-    t = planted(run_step, {7, 8, 9})
+    t = planted(run_step, set(range(13, 19)), runs=6)  # every instrumented run differs, no plain run
     assert t.code == 0 and t.record.facts.observer.effect == "created"
     assert t.sources == ["planted"] and bool(t.row("planted")["observer_effect"])
 
 
+def test_a_difference_in_too_few_runs_to_blame_capture_is_inconclusive_and_says_what_was_seen(run_step):
+    t = planted(run_step, {7, 8, 9})  # 2 of 3 instrumented runs off the common result, 0 of 3 plain: p = 0.4
+    o = t.record.facts.observer
+    assert t.code == 0 and o.effect == "inconclusive"
+    assert (o.plain_fired, o.plain_runs, o.instrumented_fired, o.instrumented_runs) == (0, 3, 2, 3)
+    assert any("2 of 3 instrumented runs: inconclusive" in line for line in t.lines)
+
+
 def test_a_difference_capture_hides_exits_1_with_no_source(run_step):
-    t = planted(run_step, {1, 2, 3, 4, 5, 6})
+    t = planted(run_step, set(range(1, 13)), runs=6)
     assert t.code == 1 and t.record.facts.observer.effect == "hid" and t.sources == []
 
 
 def test_when_pinning_hides_the_difference_the_analysis_runs_under_your_config(run_step):
-    t = planted(run_step, {1, 2, 3})  # varies under your grappler config only
+    t = planted(run_step, set(range(1, 7)), runs=6)  # varies under your grappler config only
     assert t.code == 1
     assert t.record.facts.grappler.config == "default" and "hides" in t.record.facts.grappler.reason
     assert t.record.pinned.first_differing_step() is None
+
+
+def test_a_grappler_claim_on_too_few_runs_is_called_inconclusive(run_step):
+    t = planted(run_step, {1, 2, 3})  # 2 of 3 default runs differ, 0 of 3 pinned
+    assert t.code == 1 and t.record.facts.grappler.config == "default"
+    assert "inconclusive" in t.record.facts.grappler.reason and "hides" not in t.record.facts.grappler.reason
 
 
 def test_when_pinning_creates_a_difference_your_config_decides_and_it_exits_0(run_step):
@@ -331,3 +346,17 @@ def test_a_keras_model_whose_x_is_a_dict_is_traced(tmp_path):
         """)
     t = trace(script, tmp_path / "reports", runs=2)
     assert t.code == 0 and t.record.meta.form == "keras" and t.csv.empty
+
+
+def test_max_runs_looks_harder_at_a_step_that_gave_one_result(run_step):
+    t = run_step(PLANTED.format(vary_on="set()"), runs=2, max_runs=5)
+    m, v = t.record.meta, t.record.facts.verdict
+    assert t.code == 0 and m.runs == 5 and t.record.default.runs == 5
+    assert len(t.record.analyses[0].instrumented.fps) == 5
+    assert m.looked_harder == "the step gave one result"
+    assert v.rate_bound == pytest.approx(1 - 0.05 ** (1 / 5))
+
+
+def test_max_runs_no_more_than_runs_is_a_usage_error(capsys, tmp_path):
+    script = write_script(tmp_path, "step", NOISE_STEP)
+    assert main(["trace", str(script), "--runs", "4", "--max-runs", "3", "--out", str(tmp_path)]) == 128

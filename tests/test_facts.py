@@ -53,13 +53,21 @@ def instrumented(*finals: int) -> InstrumentedRuns:
 @pytest.mark.parametrize("plain, inst, effect", [
     ([5, 5], [5, 5], "none"),
     ([5, 5], [4, 4], "changed_result"),  # both deterministic, different results: grappler rewrote the taps' graph
-    ([5, 6], [4, 4], "hid"),
-    ([5, 5], [4, 6], "created"),
+    ([1, 2, 3, 4, 5, 6], [4] * 6, "hid"),  # 5 of 6 runs off the common result against 0 of 6: p = 0.015
+    ([5] * 6, [1, 2, 3, 4, 5, 6], "created"),
+    ([5, 6], [4, 4], "inconclusive"),  # 1 of 2 against 0 of 2 happens by chance
+    ([5, 5, 5], [4, 6, 7], "inconclusive"),
     ([5, 6], [4, 6], "same_variables"),
 ])
 def test_observer_effect_compares_the_plain_and_the_instrumented_step(plain, inst, effect):
     runs = Runs(outputs=[[1]] * len(plain), after=[{"w": p} for p in plain])
     assert facts.observer_effect(runs, instrumented(*inst)).effect == effect
+
+
+def test_chance_is_fishers_exact_test():
+    assert facts.chance(3, 5, 0, 5) == pytest.approx(1 / 6)
+    assert facts.chance(5, 5, 0, 5) == pytest.approx(2 / 252)
+    assert facts.chance(2, 4, 2, 4) == pytest.approx(1.0)
 
 
 def test_observer_effect_moved_when_other_variables_vary():

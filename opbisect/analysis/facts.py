@@ -7,9 +7,15 @@
   only in the instrumented step is an observer effect, not a finding about the user's step.
 - The observer effect: what capture did to the step.
 - The fit replay check: whether opbisect's replay of fit's batches leaves the weights model.fit leaves.
+
+A race fires in some runs only, so a claim that two passes behave differently ("capture hid it", "a grappler
+rewrite is involved") is made only when the counts support it: Fisher's exact test on how many runs of each pass
+differed, at 5%. Otherwise the record says what was seen and that it is inconclusive (--max-runs looks harder).
 """
 
 from __future__ import annotations
+
+import math
 
 from ..errors import EXIT_CLEAN, EXIT_FOUND
 from ..record.model import (
@@ -23,6 +29,31 @@ from ..record.model import (
     Verdict,
 )
 
+SIGNIFICANCE = 0.05
+
+
+def fired(runs: Runs) -> int:
+    """How many runs differ from the most common result (0: all agree)."""
+    results = [(tuple(o), tuple(sorted(a.items()))) for o, a in zip(runs.outputs or [[]] * len(runs.after),
+                                                                      runs.after)]
+    return len(results) - max((results.count(r) for r in set(results)), default=0)
+
+
+def chance(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Fisher's exact test, two-sided: the probability of counts at least this uneven between two passes with one
+    firing rate (k of n runs differed in each)."""
+    k, n = k1 + k2, n1 + n2
+
+    def p(x: int) -> float:
+        return math.comb(k, x) * math.comb(n - k, n1 - x) / math.comb(n, n1)
+
+    seen = p(k1)
+    return min(1.0, sum(p(x) for x in range(max(0, k - n2), min(k, n1) + 1) if p(x) <= seen * (1 + 1e-9)))
+
+
+def _seen(label_a: str, k1: int, n1: int, label_b: str, k2: int, n2: int) -> str:
+    return f"the difference showed in {k1} of {n1} {label_a} runs and {k2} of {n2} {label_b} runs"
+
 
 def grappler_choice(default: Trajectory, pinned: Trajectory | None) -> GrapplerChoice:
     if pinned is None:
@@ -31,6 +62,11 @@ def grappler_choice(default: Trajectory, pinned: Trajectory | None) -> GrapplerC
     if default_varies == pinned_varies:
         return GrapplerChoice("pinned", "constant folding and arithmetic optimization are pinned off for the plain "
                                         "and the instrumented step, so the taps cannot move their decisions")
+    k1, k2 = fired(default.final()), fired(pinned.final())
+    if chance(k1, default.runs, k2, pinned.runs) >= SIGNIFICANCE:
+        return GrapplerChoice("default", f"{_seen('default', k1, default.runs, 'pinned', k2, pinned.runs)}: too few "
+                                         f"to tell whether a grappler rewrite is involved (inconclusive; --max-runs "
+                                         f"looks harder); the analysis runs under your config, as the verdict does")
     if default_varies:
         return GrapplerChoice("default", "pinning grappler's constant folding and arithmetic optimization hides the "
                                          "nondeterminism: a grappler rewrite is involved; the analysis runs under "
@@ -38,6 +74,18 @@ def grappler_choice(default: Trajectory, pinned: Trajectory | None) -> GrapplerC
     return GrapplerChoice("default", "pinning grappler's constant folding and arithmetic optimization makes a step "
                                      "vary that does not vary under your config; the analysis runs under your "
                                      "config, as the verdict does")
+
+
+def unsettled(default: Trajectory, fit: Trajectory | None, choice: GrapplerChoice, observer: ObserverEffect) -> str:
+    """What the runs so far leave open ("" when nothing): a deterministic verdict (more identical runs bound a
+    rarer race), or a claim the counts cannot support."""
+    if observer.effect == "inconclusive":
+        return "the observer effect was inconclusive"
+    if "inconclusive" in choice.reason:
+        return "grappler's part was inconclusive"
+    if _deterministic(default) and (fit is None or _deterministic(fit)):
+        return "the step gave one result"
+    return ""
 
 
 def _deterministic(t: Trajectory) -> bool:
@@ -74,6 +122,8 @@ def observer_effect(plain: Runs, instrumented: InstrumentedRuns) -> ObserverEffe
     """Compare the plain and the instrumented step 1 under one grappler configuration."""
     inst = instrumented.as_runs()
     plain_varies, inst_varies = not plain.deterministic(), not inst.deterministic()
+    counts = dict(plain_fired=fired(plain), plain_runs=len(plain.after), instrumented_fired=fired(inst),
+                  instrumented_runs=len(inst.after))
     if not plain_varies and not inst_varies:
         same = plain.after[0] == inst.after[0] and plain.outputs[0] == inst.outputs[0]
         effect = "none" if same else "changed_result"
@@ -83,7 +133,11 @@ def observer_effect(plain: Runs, instrumented: InstrumentedRuns) -> ObserverEffe
         effect = "created"
     else:
         effect = "same_variables" if set(plain.varying_variables()) == set(inst.varying_variables()) else "moved"
-    return ObserverEffect(effect=effect, plain_varies=plain_varies, instrumented_varies=inst_varies)
+    by_chance = chance(counts["plain_fired"], counts["plain_runs"], counts["instrumented_fired"],
+                       counts["instrumented_runs"])
+    if effect in ("hid", "created") and by_chance >= SIGNIFICANCE:
+        effect = "inconclusive"  # one pass fired, the other not, but so few runs could show that by chance
+    return ObserverEffect(effect=effect, plain_varies=plain_varies, instrumented_varies=inst_varies, **counts)
 
 
 def fit_replay(fit: Trajectory, replay: Trajectory, metric_variables: list[str]) -> FitReplay:

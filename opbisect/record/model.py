@@ -199,9 +199,13 @@ class GrapplerChoice:
 class ObserverEffect:
     """What capture did to the step: the plain and the instrumented step 1 under the analysis configuration."""
 
-    effect: str  # none | changed_result | hid | created | same_variables | moved
+    effect: str  # none | changed_result | hid | created | inconclusive | same_variables | moved
     plain_varies: bool
     instrumented_varies: bool
+    plain_fired: int = 0  # runs whose result differs from the most common one
+    plain_runs: int = 0
+    instrumented_fired: int = 0
+    instrumented_runs: int = 0
 
 
 @dataclasses.dataclass
@@ -245,6 +249,7 @@ class Meta:
     metric_variables: list[str] = dataclasses.field(default_factory=list)
     initial_state: dict[str, int] = dataclasses.field(default_factory=dict)  # as the script created it
     processes: int = 1
+    looked_harder: str = ""  # why the passes ran again with --max-runs runs (what the first --runs left open)
 
 
 @dataclasses.dataclass

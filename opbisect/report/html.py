@@ -81,7 +81,7 @@ def _evidence(record: Record) -> str:
         f'<p id="grappler" data-config="{f.grappler.config}">Analysis under the <b>{f.grappler.config}</b> grappler '
         f"configuration: {escape(f.grappler.reason)}.</p>"
         f'<p id="observer" data-effect="{f.observer.effect}">Observer effect: '
-        f"{escape(text.OBSERVER_LINES[f.observer.effect])}.</p>"
+        f"{escape(text.observer_line(f.observer))}.</p>"
         + "".join(f"<p>{escape(line)}</p>" for line in text.fit_lines(record) + text.step_lines(record)
                   + text.process_lines(record))
         + "</section>")

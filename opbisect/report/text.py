@@ -18,7 +18,14 @@ OBSERVER_LINES = {
                "fire in the plain runs: try more --runs)",
     "same_variables": "the plain and the instrumented step both vary, in the same variables",
     "moved": "the plain and the instrumented step both vary, in different variables (capture moved the race)",
+    "inconclusive": "{seen}: inconclusive, so few runs could differ this much by chance (--max-runs looks harder)",
 }
+
+
+def observer_line(o) -> str:
+    seen = (f"the difference showed in {o.plain_fired} of {o.plain_runs} plain runs and {o.instrumented_fired} of "
+            f"{o.instrumented_runs} instrumented runs")
+    return OBSERVER_LINES[o.effect].format(seen=seen)
 
 
 def verdict_line(runs: Runs, label: str) -> str:
@@ -123,6 +130,9 @@ def lines(record: Record, folder: Path | None = None) -> list[str]:
     m, f = record.meta, record.facts
     out = [f"opbisect: {m.script} ({m.form} form), {record.runs} runs on {m.device} "
            f"(TF {m.tf_version}, {m.fingerprinter})"]
+    if m.looked_harder:
+        out.append(f"note: {m.looked_harder} after the first runs: every pass ran again with {m.runs} runs "
+                   f"(--max-runs)")
     out.append(verdict_line(record.default.final(), "uninstrumented step, your grappler config"))
     if record.pinned:
         out.append(verdict_line(record.pinned.final(), "uninstrumented step, grappler pinned"))
@@ -135,7 +145,7 @@ def lines(record: Record, folder: Path | None = None) -> list[str]:
     out.append(f"instrumented step ({f.grappler.config} grappler): {len(first.instrumented.taps)} tensors tapped"
                f"{f' ({skipped} skipped)' if skipped else ''}, {len(first.differing)} differ"
                f"{f' ({differing} over all {len(record.analyses)} steps)' if len(record.analyses) > 1 else ''}; "
-               f"{OBSERVER_LINES[f.observer.effect]}")
+               f"{observer_line(f.observer)}")
     out += [f"{x.level}: {x.message}" for x in record.findings]
     out += process_lines(record)
     out += sources_lines(record)
