@@ -123,10 +123,15 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     from .targets.loader import load_target
     from .trace.trace import trace_step
 
+    lap = Laps()
     tf, kind = setup_tensorflow(settings.device)
+    lap("import TensorFlow")
     target = load_target(settings.script, settings.step_name, settings.inputs_name)
+    lap("load the script")
     trace = trace_step(target, target.make_inputs())
+    lap("trace")
     findings = trace.graph.check() + preflight.checks(trace, target)
+    lap("check the graph")
     fp, fp_note = fingerprint.for_device(kind, jit=bool(trace.jit_compile), choice=settings.fingerprint)
     if fp_note:
         findings.append(Finding("note", f"fingerprint: {fp.name}, because {fp_note}"))
@@ -147,18 +152,21 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     with progress_display(settings.progress) as progress:
         runner = Runner(trace, target, state_fps, capture.make_value_fingerprinter(fp), progress)
         inst = capture.build(trace, taps, fp)
+        lap("build the instrumented step")
         runs, unsettled = settings.runs, ""
         while True:
             fit_runs = runner.fit(start, target.fit, runs, "model.fit") if target.fit else None
             default_runs = runner.plain(start, feeder, runs, None, "uninstrumented step")
             pinned_runs = runner.plain(start, feeder, runs, pinned, "uninstrumented step, grappler pinned") \
                 if pinned else None
+            lap("plain passes (and model.fit)")
             choice = facts.grappler_choice(default_runs, pinned_runs)
             options = pinned if choice.config == "pinned" else None
             analysed = analyse_steps(runner, trace, feeder, restored, start, inst, fp, runs,
                                      settings.magnitude_runs or runs, options, results,
                                      default_runs.differing_batches(), settings.replay_runs if settings.replay else 0,
                                      device_name(kind))
+            lap("op analysis (instrumented runs, compare, magnitudes, replays)")
             plain = pinned_runs if choice.config == "pinned" else default_runs
             unsettled = unsettled or facts.unsettled(default_runs, fit_runs, choice,
                                                      facts.observer_effect(plain.at(1), analysed[0][0].instrumented))
@@ -167,7 +175,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
             runs = settings.max_runs  # look harder: every pass again, from the same state, with more runs
     meta = Meta(script=str(settings.script), script_path=str(settings.script.resolve()), form=target.form,
                 runs=runs, steps=steps, metric_variables=metric_variables(target, trace),
-                looked_harder=unsettled if runs > settings.runs else "",
+                looked_harder=unsettled if runs > settings.runs else "", timings=lap.laps,
                 fingerprinter=fp.name, fingerprint=fp.key, jit_compile=bool(trace.jit_compile),
                 ops=len(trace.graph), variables=len(trace.variables), restored_variables=len(restored),
                 initial_state=initial_state, seconds=round(time.time() - started, 2), **environment(tf, kind))
@@ -185,6 +193,19 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     inputs = {op: got for _, _, step_inputs in analysed for op, got in step_inputs.items()}
     record.sources, files = reproducers(record, inputs, settings.replay_runs, kind)
     return record, files
+
+
+class Laps:
+    """Seconds spent per stage of the experiment (the record's `meta.timings`): where the time goes."""
+
+    def __init__(self):
+        self.laps: dict[str, float] = {}
+        self.last = time.perf_counter()
+
+    def __call__(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.laps[stage] = round(self.laps.get(stage, 0.0) + now - self.last, 3)
+        self.last = now
 
 
 def reproducers(record: Record, inputs: dict, runs: int, kind: str) -> tuple[list, dict]:

@@ -65,12 +65,7 @@ def compare(graph: OpGraph, taps: list[str], fps: list[list[int]], before: list[
     initial_differs = {k: distinct(b.get(k) for b in before) > 1 for k in keys}
 
     def tensor_differs(tid: str) -> bool:
-        # Untapped tensors (resources, strings, variants) differ when what produced them saw a difference.
-        if tid not in differs:
-            op = op_of(tid)
-            differs[tid] = any(tensor_differs(t) for t in graph.data_inputs(op)) or \
-                any(reads_differing_state(op, var) for _, var in graph.resources(op))
-        return differs[tid]
+        return differs.get(tid, False)
 
     def reads_differing_state(op: str, var: str) -> bool:
         if var == OPAQUE_STATE:
@@ -80,6 +75,15 @@ def compare(graph: OpGraph, taps: list[str], fps: list[list[int]], before: list[
             last = writes[-1]
             return any(tensor_differs(graph.state(last, s)) for s, v in graph.written(last) if v == var)
         return initial_differs.get(var, False)
+
+    # Untapped tensors (resources, strings, variants) differ when what produced them saw a difference: derived in
+    # topological order, so no recursion (a loop unrolled over many iterations chains thousands of them).
+    for op in graph.topo_order():
+        untapped = [t for t in graph.outputs(op) + graph.states(op) if t not in differs]
+        if untapped:
+            seen = any(tensor_differs(t) for t in graph.data_inputs(op)) or \
+                any(reads_differing_state(op, var) for _, var in graph.resources(op))
+            differs.update(dict.fromkeys(untapped, seen))
 
     sources = []
     for op in graph.topo_order():

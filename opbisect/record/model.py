@@ -250,6 +250,7 @@ class Meta:
     initial_state: dict[str, int] = dataclasses.field(default_factory=dict)  # as the script created it
     processes: int = 1
     looked_harder: str = ""  # why the passes ran again with --max-runs runs (what the first --runs left open)
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)  # seconds per stage, in order
 
 
 @dataclasses.dataclass
