@@ -102,7 +102,9 @@ class Fingerprinter:
         if not tensors:
             return tf.zeros([0], tf.int64)
         rows = [self.row(t) for t in tensors]
-        return tf.reshape(tf.bitcast(tf.concat(rows, 0), tf.int64), [-1])
+        while len(rows) > 1:  # a tree of small concats: grappler slows down sharply on one node of many inputs
+            rows = [tf.concat(rows[i:i + 32], 0) for i in range(0, len(rows), 32)]
+        return tf.reshape(tf.bitcast(rows[0], tf.int64), [-1])
 
 
 class FarmhashFingerprinter(Fingerprinter):

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.ids import TensorRef, split_op_id
+from ..tfcompat import grappler_options
 from ..trace.inline import parse_input
 from ..trace.trace import Trace
 from .fingerprint import Fingerprinter, tappable
@@ -339,6 +340,9 @@ def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: lis
                         layout=None if layout is None else np.asarray(layout))
 
 
+UNOPTIMIZED = {"disable_meta_optimizer": True}  # grappler off, for opbisect's own helper functions
+
+
 def make_state_fingerprinter(variables: dict, fingerprinter: Fingerprinter) -> Callable[[], dict[str, int]]:
     """A callable fingerprinting every variable's current value, keyed like `variables`."""
     import tensorflow as tf
@@ -350,7 +354,8 @@ def make_state_fingerprinter(variables: dict, fingerprinter: Fingerprinter) -> C
     def state() -> dict[str, int]:
         if not keys:
             return {}
-        return dict(zip(keys, fn().numpy().tolist()))
+        with grappler_options(UNOPTIMIZED):  # our own function: grappler has nothing to gain, and costs minutes
+            return dict(zip(keys, fn().numpy().tolist()))
 
     return state
 

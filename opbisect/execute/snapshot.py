@@ -35,5 +35,9 @@ class Snapshot:
         self._restore = _restorer(self.variables)
 
     def restore(self) -> None:
+        from ..capture.taps import UNOPTIMIZED
+        from ..tfcompat import grappler_options
+
         if self.variables:
-            self._restore(self.saved)
+            with grappler_options(UNOPTIMIZED):  # our own function: nothing for grappler to gain
+                self._restore(self.saved)

@@ -7,6 +7,7 @@ captured values, variable handles among them), and keys captured variables by a 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import sys
@@ -81,6 +82,7 @@ def _site(origin: Origin | None) -> tuple[str, str]:
     return pick_sites(frames, entry=sys.argv[0] if sys.argv else "")
 
 
+@functools.lru_cache(maxsize=4096)  # an op's traceback has dozens of frames from a few files: resolve each once
 def _ours(filename: str, console_script: str | None) -> bool:
     """opbisect's own code: its package, or the console script that runs it (however the path was spelled)."""
     path = str(Path(filename).resolve())
