@@ -84,7 +84,7 @@ def check_reproducers(folder: Path, record) -> None:
             assert done.returncode == 1, f"{s.reproducer}: {done.stdout}{done.stderr[-2000:]}"
 
 
-def until_it_fires(run, attempts: int = 3, also=lambda t: True) -> Traced:
+def until_it_fires(run, attempts: int = 5, also=lambda t: True) -> Traced:
     """A real race may not fire in one sample on a loaded machine: repeat the whole trace (at most `attempts`
     times) until it fired both in the uninstrumented runs and in the instrumented ones (a source was named), and
     `also(t)` holds, then let the test check what was found. A race that never fires in all attempts fails the
