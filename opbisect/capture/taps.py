@@ -46,7 +46,8 @@ class Instrumented:
         (a row per execution of the body in this step, a column per tap of the body)."""
         feeds = self.trace.flat_args(args)
         if self.concrete is None:  # for the traced specs: a partial last batch is fed to the same function
-            self.concrete = self.fn.get_concrete_function(*self.trace.arg_specs())
+            specs = self.trace.arg_specs()
+            self.concrete = self.fn.get_concrete_function(*(specs if len(specs) == len(feeds) else feeds))
         fps, outs, full, matrices = self.concrete(*feeds)
         digests = fps.numpy()
         if self.layout is not None:
