@@ -155,3 +155,33 @@ def test_under_xla_a_source_in_a_branch_inside_a_loop_is_named_with_its_iteratio
     row = t.csv.iloc[0]
     assert row["op_type"] == "RandomUniform" and row["kind"] == "random" and row["iteration"] == 2
     assert t.record.analyses[0].instrumented.executions["while/body"] == [4, 4, 4]
+
+
+NESTED_LOOPS = NOISY_AT + """
+
+@tf.function
+def step(x):
+    def outer(i, s):
+        def inner(j, t):  # restarts at j = 0 on every outer iteration
+            noisy = tf.numpy_function(noisy_at(1), [v.read_value(), j * tf.cast(i == 2, tf.int32)], tf.float32)
+            return j + 1, t + tf.reduce_sum(noisy)
+        _, t = tf.while_loop(lambda j, t: j < 2, inner, (tf.constant(0), s))
+        v.assign_add(x)
+        return i + 1, t
+    _, total = tf.while_loop(lambda i, s: i < 3, outer, (tf.constant(0), tf.constant(0.0)))
+    return total
+
+
+inputs = (tf.ones([4]),)
+"""
+
+
+def test_a_source_in_a_nested_loop_is_named_at_the_inner_loops_own_iteration(run_step):
+    t = run_step(NESTED_LOOPS, runs=3)  # varies at inner iteration 1 of outer iteration 2: execution 5 of 6
+    assert t.code == 1
+    assert len(t.csv) == 1 and t.csv.iloc[0]["op_type"] == "PyFunc"
+    assert t.csv.iloc[0]["region"] == "while/body::while/while/body"
+    assert t.csv.iloc[0]["iteration"] == 1
+    ins = t.record.analyses[0].instrumented
+    assert ins.executions["while/body::while/while/body"] == [6, 6, 6]
+    assert ins.enclosing["while/body::while/while/body"] == [0, 0, 1, 1, 2, 2]

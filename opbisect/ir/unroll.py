@@ -54,16 +54,19 @@ def _link(graph: OpGraph, out: OpGraph, region: str, info: dict, counts: dict, c
     sinks = [x for x in ops if not any(graph.region_of(v) == region for v in graph.g.successors(x))]
     inputs = graph.data_inputs(op)
     before = [u for u, _, kind in graph.g.in_edges(op, data="kind") if kind in ("control", "data")]
+    first = 0  # a loop's execution k that began the current execution of the loop op (a nested loop restarts)
     for k in range(n):
         owners = copies[op] if not info["parent"] else \
             [instance_id(op, enclosing[k])] if k < len(enclosing) and enclosing[k] < counts[info["parent"]] else []
+        continues = info["kind"] == "loop" and k > 0 and enclosing[k - 1:k + 1][:1] == enclosing[k:k + 1]
+        first = first if continues else k
         # The iteration a user means: of the innermost loop around this execution (a branch: its loop's).
-        at = k if info["kind"] == "loop" else next((out.attrs(o).get("loop_iteration") for o in owners), None)
+        at = k - first if info["kind"] == "loop" else next((out.attrs(o).get("loop_iteration") for o in owners), None)
         for x in ops:
             out.attrs(instance_id(x, k))["loop_iteration"] = at
         for j, arg in enumerate(info["args"]):
             a = instance_id(arg, k)
-            if info["kind"] == "loop" and k > 0:
+            if continues:
                 ref = TensorRef.parse(info["outputs"][j])
                 out.add_data_edge(instance_id(ref.op, k - 1), ref.port, a, 0)
                 continue
@@ -77,7 +80,7 @@ def _link(graph: OpGraph, out: OpGraph, region: str, info: dict, counts: dict, c
         for s in sinks:
             for o in owners:
                 out.add_control_edge(instance_id(s, k), o)
-            if info["kind"] == "loop" and k + 1 < n:
+            if info["kind"] == "loop" and k + 1 < n and enclosing[k:k + 1] == enclosing[k + 1:k + 2]:
                 for arg in info["args"]:
                     out.add_control_edge(instance_id(s, k), instance_id(arg, k + 1))
 
