@@ -177,11 +177,14 @@ def _verdict(record: Record) -> list[str]:
             return ["verdict: deterministic, exit 0 (the sources above changed the result only in the instrumented "
                     "step: an observer effect, not a finding about your step)"]
         harmless = " (the sources above vary but do not reach the step's result)" if record.sources else ""
-        return [f"verdict: deterministic, exit 0{harmless}"]
+        confidence = "" if v.rate_bound is None else \
+            f"; confidence: a difference firing in over {100 * v.rate_bound:.0f}% of runs is ruled out at 95%"
+        return [f"verdict: deterministic, exit 0{harmless}{confidence}"]
     top = record.sources[0] if record.sources else None
     first_bad = [f"{top.op_name} is the first bad op" + (f" (step {top.first_step})" if record.steps > 1 else "")
                  ] if top else []
-    return first_bad + [f"verdict: nondeterministic, exit 1: {'; '.join(v.evidence)}"]
+    return first_bad + [f"verdict: nondeterministic, exit 1: {'; '.join(v.evidence)} (certain: differing results "
+                        f"were seen)"]
 
 
 class TextReporter:
