@@ -185,3 +185,29 @@ def test_a_source_in_a_nested_loop_is_named_at_the_inner_loops_own_iteration(run
     ins = t.record.analyses[0].instrumented
     assert ins.executions["while/body::while/while/body"] == [6, 6, 6]
     assert ins.enclosing["while/body::while/while/body"] == [0, 0, 1, 1, 2, 2]
+
+
+SWITCH_CASE = NOISY_AT + """
+
+@tf.function
+def step(x, k):
+    v.assign_add(x)
+    out = tf.switch_case(k, [lambda: v * 2.0,
+                             lambda: tf.numpy_function(noisy_at(0), [v.read_value(), 0], tf.float32),
+                             lambda: v - 1.0])
+    return tf.reduce_sum(out)
+
+
+inputs = (tf.ones([4]), tf.constant(1))
+"""
+
+
+def test_a_source_in_a_switch_case_branch_is_named_in_that_branch(run_step):
+    t = run_step(SWITCH_CASE, runs=3)
+    assert t.code == 1
+    assert list(t.csv["op_type"]) == ["PyFunc"]
+    region = t.csv.iloc[0]["region"]
+    assert region.endswith("/branch1")
+    executions = t.record.analyses[0].instrumented.executions
+    assert executions[region] == [1, 1, 1]
+    assert all(n == [0, 0, 0] for r, n in executions.items() if r != region)
