@@ -56,7 +56,10 @@ inputs = (tf.constant(np.linspace(0.1, 0.9, 8, dtype=np.float32)),)
 
 
 def test_first_step_bisection_names_the_step_where_runs_part_and_the_op(run_step):
-    t = until_it_fires(lambda: run_step(DIVERGES_FROM_STEP_3, steps=5))
+    # On a loaded machine the race may first fire at a later step (in the plain or the instrumented runs): the
+    # test checks the pipeline on a trace where it fired at step 3, the first step where it can.
+    t = until_it_fires(lambda: run_step(DIVERGES_FROM_STEP_3, steps=5, runs=6),
+                       also=lambda t: t.record.default.first_differing_step() == 3 and list(t.csv["first_step"]) == [3])
     assert t.code == 1
     assert t.record.default.first_differing_step() == 3
     growth = t.record.default.differing_variables()  # table, and w when the race moves its mean
