@@ -180,7 +180,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
                 ops=len(trace.graph), variables=len(trace.variables), restored_variables=len(restored),
                 initial_state=initial_state, seconds=round(time.time() - started, 2), **environment(tf, kind))
     plain = pinned_runs if choice.config == "pinned" else default_runs
-    findings += facts.body_findings([a for a, _, _ in analysed])
+    findings += facts.body_findings([a for a, _, _ in analysed], trace.graph.regions)
     record = Record(
         meta=meta, graph=trace.graph.to_json(), findings=findings, skipped=skipped, results=results,
         default=default_runs, pinned=pinned_runs, fit=fit_runs, analyses=[a for a, _, _ in analysed], sources=[],

@@ -28,15 +28,14 @@ from ..record.model import (
     Trajectory,
     Verdict,
 )
+from .compare import runs_off_mode
 
 SIGNIFICANCE = 0.05
 
 
 def fired(runs: Runs) -> int:
     """How many runs differ from the most common result (0: all agree)."""
-    results = [(tuple(o), tuple(sorted(a.items()))) for o, a in zip(runs.outputs or [[]] * len(runs.after),
-                                                                      runs.after)]
-    return len(results) - max((results.count(r) for r in set(results)), default=0)
+    return runs_off_mode(runs.results())
 
 
 def chance(k1: int, n1: int, k2: int, n2: int) -> float:
@@ -66,7 +65,8 @@ def grappler_choice(default: Trajectory, pinned: Trajectory | None) -> GrapplerC
     if chance(k1, default.runs, k2, pinned.runs) >= SIGNIFICANCE:
         return GrapplerChoice("default", f"{_seen('default', k1, default.runs, 'pinned', k2, pinned.runs)}: too few "
                                          f"to tell whether a grappler rewrite is involved (inconclusive; --max-runs "
-                                         f"looks harder); the analysis runs under your config, as the verdict does")
+                                         f"looks harder); the analysis runs under your config, as the verdict does",
+                              inconclusive=True)
     if default_varies:
         return GrapplerChoice("default", "pinning grappler's constant folding and arithmetic optimization hides the "
                                          "nondeterminism: a grappler rewrite is involved; the analysis runs under "
@@ -81,7 +81,7 @@ def unsettled(default: Trajectory, fit: Trajectory | None, choice: GrapplerChoic
     rarer race), or a claim the counts cannot support."""
     if observer.effect == "inconclusive":
         return "the observer effect was inconclusive"
-    if "inconclusive" in choice.reason:
+    if choice.inconclusive:
         return "grappler's part was inconclusive"
     if _deterministic(default) and (fit is None or _deterministic(fit)):
         return "the step gave one result"
@@ -156,7 +156,7 @@ def fit_replay(fit: Trajectory, replay: Trajectory, metric_variables: list[str])
     return FitReplay(checked_steps=fit.step_number(entries[-1]) if entries else 0, mismatch_step=mismatch)
 
 
-def body_findings(analyses: list) -> list:
+def body_findings(analyses: list, regions: dict[str, dict]) -> list:
     """A loop whose trip count, or a branch op whose taken branch, differs between runs (first step where it does).
     The cause lies upstream of the loop's condition or the branch's predicate; the sources say where."""
     from ..ir.ids import TensorRef
@@ -178,7 +178,7 @@ def body_findings(analyses: list) -> list:
                 continue
             seen.add(region)
             runs = ", ".join(str(c) for c in counts)  # (a fixed-size XLA matrix counts past its capacity too)
-            what = "the loop's trip count" if region.endswith("/body") else "which branch runs"
+            what = "the loop's trip count" if regions[region]["kind"] == "loop" else "which branch runs"
             found.append(Finding("warning", f"{region} ran {runs} times in the runs of step {a.step}: {what} "
                                             f"differs between runs"))
     return found

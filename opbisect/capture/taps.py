@@ -62,8 +62,6 @@ class Instrumented:
     def unrolled(self, fps: list[np.ndarray], bodies: list[dict]) -> tuple[list[str], list[list]]:
         """Every run's digests as one row over the same columns: the taps, then each body's taps at each
         execution (`region::op:0@k`), as many executions as the most any run had; None where a run had fewer."""
-        from ..ir.ids import TensorRef
-
         taps, rows = list(self.taps), [list(map(int, f)) for f in fps]
         matrices = [{r: m for r, (m, _) in run.items()} for run in bodies]
         for r in self.regions:
@@ -82,20 +80,21 @@ class Instrumented:
 
 def tappable_tensors(trace: Trace, region: str = "") -> tuple[list[str], dict[str, int]]:
     """All tensor ids of one scope worth tapping (numeric, integer, boolean outputs and post-write states),
-    and the count of outputs skipped per dtype. The top level by default; `region` names a body."""
-    graph = trace.graph
-    taps, skipped = [], {}
-    for op in graph.topo_order():
-        if graph.region_of(op) != region:
-            continue
-        for tid in graph.outputs(op):
-            dtype = graph.dtype(tid)
-            if tappable(dtype):
-                taps.append(tid)
-            else:
-                skipped[dtype] = skipped.get(dtype, 0) + 1
-        taps.extend(graph.states(op))
-    return taps, skipped
+    and the count of outputs skipped per dtype. The top level by default; `region` names a body. Every scope is
+    listed in one pass over the graph, once per trace (capture asks for each body several times)."""
+    if not trace.tappable:
+        graph = trace.graph
+        for op in graph.topo_order():
+            taps, skipped = trace.tappable.setdefault(graph.region_of(op), ([], {}))
+            for tid in graph.outputs(op):
+                dtype = graph.dtype(tid)
+                if tappable(dtype):
+                    taps.append(tid)
+                else:
+                    skipped[dtype] = skipped.get(dtype, 0) + 1
+            taps.extend(graph.states(op))
+    taps, skipped = trace.tappable.get(region, ([], {}))
+    return list(taps), dict(skipped)
 
 
 class _GraphDefBuilder:

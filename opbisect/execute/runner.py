@@ -112,7 +112,7 @@ class Runner:
         import keras
 
         state_fps = self.state_fps
-        per_epoch = max(1, sum(1 for _ in plan.batches()) // max(plan.epochs, 1))
+        per_epoch = max(1, (self.target.steps_available or 0) // max(plan.epochs, 1))
 
         class AfterEachBatch(keras.callbacks.Callback):
             """The state after each call of fit's train function, and the step it is after: with

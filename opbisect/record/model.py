@@ -30,9 +30,13 @@ class Runs:
     outputs: list[list[int]] = dataclasses.field(default_factory=list)
     after: list[dict[str, int]] = dataclasses.field(default_factory=list)
 
-    def distinct(self) -> int:
+    def results(self) -> list[tuple]:
+        """Each run's result: its outputs and every variable after it, as one comparable value."""
         outputs = self.outputs or [[] for _ in self.after]  # model.fit's runs record no step outputs
-        return len({(tuple(o), tuple(sorted(a.items()))) for o, a in zip(outputs, self.after)})
+        return [(tuple(o), tuple(sorted(a.items()))) for o, a in zip(outputs, self.after)]
+
+    def distinct(self) -> int:
+        return len(set(self.results()))
 
     def deterministic(self) -> bool:
         return self.distinct() <= 1
@@ -193,6 +197,7 @@ class Verdict:
 class GrapplerChoice:
     config: str  # "pinned" (constant folding and arithmetic optimization off) or "default" (the user's)
     reason: str
+    inconclusive: bool = False  # the passes disagreed in too few runs to say whether grappler is involved
 
 
 @dataclasses.dataclass

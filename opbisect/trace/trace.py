@@ -55,6 +55,7 @@ class Trace:
     variables: dict[str, Any]  # variable key -> tf.Variable, every variable the step captures
     jit_compile: bool | None
     regions: dict[str, "Region"] = dataclasses.field(default_factory=dict)  # entered bodies, parents first
+    tappable: dict = dataclasses.field(default_factory=dict, repr=False)  # capture's cache, per scope
 
     def arg_specs(self) -> list:
         """The specs the step's flat arguments were traced for (a dimension may be None)."""
