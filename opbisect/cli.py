@@ -10,7 +10,7 @@ import traceback
 from pathlib import Path
 
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, OpbisectError, TargetError, Terminated
-from .settings import TraceSettings
+from .settings import TraceSettings, VerifySettings
 
 
 class _Parser(argparse.ArgumentParser):
@@ -21,11 +21,16 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="opbisect", description="Find the ops that make a TensorFlow training step nondeterministic. "
-                "Exit codes: 0 deterministic, 1 found, 125 cannot test this revision, 128 usage error, "
+                "Exit codes: 0 deterministic (verify: the patched step is bitwise reproducible), 1 found, "
+                "125 cannot test this revision, 128 usage error, "
                 "129 report not written, 170 internal error.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     TraceSettings.add_arguments(sub.add_parser("trace", help="run a step N times from one restored state and "
                                                               "name the source ops"))
+    VerifySettings.add_arguments(sub.add_parser("verify", help="run the plain step, the step with the report's "
+                                                               "sources patched, and TensorFlow's switches side by "
+                                                               "side; exit 0 when the patched step is bitwise "
+                                                               "reproducible"))
     r = sub.add_parser("report", help="re-make the report's views from a saved record, running nothing")
     r.add_argument("record", type=Path, help="a report folder (reports/<script>) or its record.json")
     r.add_argument("--out", type=Path, default=None, help="folder that receives the report folder (default: where "
@@ -71,6 +76,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "trace":
         return session.run_trace(TraceSettings.from_namespace(args))
+    if args.command == "verify":
+        from . import verify
+
+        return verify.run_verify(VerifySettings.from_namespace(args))
     return session.rerun_report(args.record, args.out, html=args.html)
 
 

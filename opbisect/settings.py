@@ -19,14 +19,63 @@ FINGERPRINTS = ("auto", "farmhash", "wsum", "fused")
 
 
 def option(default, help: str, flag: str | None = None, choices: tuple | None = None, minimum: int | None = None,
-           positional: bool = False):
-    """A settings field with its command-line spelling. A bool's flag turns it to `not default`."""
+           positional: bool = False, hidden: bool = False):
+    """A settings field with its command-line spelling. A bool's flag turns it to `not default`. `hidden`: an
+    option opbisect gives its own child processes, not listed in --help."""
     return dataclasses.field(default=default, metadata={
-        "help": help, "flag": flag, "choices": choices, "minimum": minimum, "positional": positional})
+        "help": argparse.SUPPRESS if hidden else help, "flag": flag, "choices": choices, "minimum": minimum,
+        "positional": positional})
+
+
+class Settings:
+    """The command line of a settings dataclass, generated from its fields."""
+
+    # -- the command line ------------------------------------------------------------------------------
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        for f in dataclasses.fields(cls):
+            m = f.metadata
+            if m["positional"]:
+                parser.add_argument(f.name, type=Path, help=m["help"])
+            elif f.type == "bool" or isinstance(f.default, bool):
+                parser.add_argument(_flag(f), dest=f.name, help=m["help"],
+                                    action="store_false" if f.default else "store_true")
+            else:
+                parser.add_argument(_flag(f), dest=f.name, type=type(f.default), default=f.default,
+                                    choices=m["choices"], help=m["help"],
+                                    metavar=None if m["choices"] else _flag(f).lstrip("-").upper().replace("-", "_"))
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> "Settings":
+        return cls(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(cls)})
+
+    def to_argv(self) -> list[str]:
+        """The command-line arguments that give these settings (every option, so nothing is lost)."""
+        argv = []
+        for f in dataclasses.fields(self):
+            value, m = getattr(self, f.name), f.metadata
+            if m["positional"]:
+                argv.insert(0, str(value))
+            elif isinstance(f.default, bool):
+                if value != f.default:
+                    argv.append(_flag(f))
+            else:
+                argv += [_flag(f), str(value)]
+        return argv
+
+    def validate(self) -> None:
+        from .errors import UsageError
+
+        for f in dataclasses.fields(self):
+            value, m = getattr(self, f.name), f.metadata
+            if m["minimum"] is not None and value < m["minimum"]:
+                raise UsageError(f"{_flag(f)} must be at least {m['minimum']} (got {value})")
+            if m["choices"] and value not in m["choices"]:
+                raise UsageError(f"{_flag(f)} must be one of {', '.join(m['choices'])} (got {value!r})")
 
 
 @dataclasses.dataclass
-class TraceSettings:
+class TraceSettings(Settings):
     script: Path = option(None, "model_step.py: defines `step` and `inputs` (or `model` and `data`)",
                           positional=True)
     runs: int = option(5, "runs of each pass (default 5, at least 2)", minimum=2)
@@ -54,51 +103,38 @@ class TraceSettings:
     html: bool = option(False, "also write report.html, one self-contained page", flag="--html")
     progress: bool = option(True, "no progress display", flag="--no-progress")
 
-    # -- the command line ------------------------------------------------------------------------------
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        for f in dataclasses.fields(cls):
-            m = f.metadata
-            if m["positional"]:
-                parser.add_argument(f.name, type=Path, help=m["help"])
-            elif f.type == "bool" or isinstance(f.default, bool):
-                parser.add_argument(_flag(f), dest=f.name, help=m["help"],
-                                    action="store_false" if f.default else "store_true")
-            else:
-                parser.add_argument(_flag(f), dest=f.name, type=type(f.default), default=f.default,
-                                    choices=m["choices"], help=m["help"],
-                                    metavar=None if m["choices"] else _flag(f).lstrip("-").upper().replace("-", "_"))
+    def validate(self) -> None:
+        from .errors import UsageError
 
-    @classmethod
-    def from_namespace(cls, ns: argparse.Namespace) -> "TraceSettings":
-        return cls(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(cls)})
+        super().validate()
+        if 0 < self.max_runs <= self.runs:
+            raise UsageError(f"--max-runs must be more than --runs ({self.runs}), or 0 (got {self.max_runs})")
 
-    def to_argv(self) -> list[str]:
-        """The command-line arguments that give these settings (every option, so nothing is lost)."""
-        argv = []
-        for f in dataclasses.fields(self):
-            value, m = getattr(self, f.name), f.metadata
-            if m["positional"]:
-                argv.insert(0, str(value))
-            elif isinstance(f.default, bool):
-                if value != f.default:
-                    argv.append(_flag(f))
-            else:
-                argv += [_flag(f), str(value)]
-        return argv
+
+VARIANTS = ("", "global", "family")
+
+
+@dataclasses.dataclass
+class VerifySettings(Settings):
+    script: Path = option(None, "model_step.py: the script the report was made from", positional=True)
+    patch: str = option("", "what to replace: a report's sources.csv (or its report folder), or op types or op "
+                            "names, comma-separated")
+    runs: int = option(5, "runs of each variant from one state (default 5, at least 2)", minimum=2)
+    out: Path = option(Path("reports"), "folder that receives <script>-verify/ (default reports/)")
+    step_name: str = option("step", "name of the step in the script", flag="--step")
+    inputs_name: str = option("inputs", "name of the step's arguments", flag="--inputs")
+    device: str = option("auto", "auto: the GPU when TensorFlow sees one", choices=DEVICES)
+    switches: bool = option(True, "do not run the global switch and the family switches (child processes)",
+                            flag="--no-switches")
+    variant: str = option("", "child: which switch this process runs under", choices=VARIANTS, hidden=True)
+    exchange: Path = option(Path(), "child: the folder shared with the parent", hidden=True)
 
     def validate(self) -> None:
         from .errors import UsageError
 
-        for f in dataclasses.fields(self):
-            value, m = getattr(self, f.name), f.metadata
-            if m["minimum"] is not None and value < m["minimum"]:
-                raise UsageError(f"{_flag(f)} must be at least {m['minimum']} (got {value})")
-            if m["choices"] and value not in m["choices"]:
-                raise UsageError(f"{_flag(f)} must be one of {', '.join(m['choices'])} (got {value!r})")
-        if 0 < self.max_runs <= self.runs:
-            raise UsageError(f"--max-runs must be more than --runs ({self.runs}), or 0 (got {self.max_runs})")
-
+        super().validate()
+        if not self.patch:
+            raise UsageError("verify needs --patch: a report's sources.csv, or op types or op names")
 
 def _flag(f: dataclasses.Field) -> str:
     return f.metadata["flag"] or "--" + f.name.replace("_", "-")

@@ -83,3 +83,13 @@ def op_def(op_type: str):
     from tensorflow.python.framework import op_def_registry
 
     return op_def_registry.get(op_type)
+
+
+def pack_outputs(concrete, flat: list):
+    """A concrete function's flat output tensors packed as the function returns them (dicts, tuples, Nones)."""
+    return concrete.function_type.pack_output(list(flat))
+
+
+def keras_jit_compile(model) -> bool:
+    """Whether Keras compiles a model's train step with XLA (its `jit_compile`, "auto" resolved)."""
+    return bool(getattr(model, "jit_compile", False))

@@ -307,31 +307,44 @@ def _without_fed_placeholders(gd, placeholders: list[str]):
     return out, read
 
 
+def step_importer(trace: Trace, graph_def, register: Callable, wanted: list[str]) -> Callable:
+    """A function of the step's flat arguments importing `graph_def` (the step's GraphDef, changed) and returning
+    the tensors `wanted` (specs in it); `register(graph)` puts the functions it calls in the importing graph.
+
+    The captured values (variable handles above all) are captured again by closure, not passed as arguments:
+    a concrete function's call costs about 24 us more per tensor argument (300 handles: 8.3 ms against 1.2 ms
+    captured, on the 2-core CPU machine), which the plain step, whose captures are bound, does not pay."""
+    import tensorflow as tf
+
+    placeholders = trace.arg_names + trace.capture_names
+    gd, read = _without_fed_placeholders(graph_def, placeholders)
+    imported = [w for w in wanted if parse_input(w)[0] not in set(placeholders)]
+    captured = list(trace.concrete.captured_inputs)
+
+    def body(*feeds):
+        graph = tf.compat.v1.get_default_graph()  # the FuncGraph being traced
+        register(graph)
+        fed = {f"{name}:0": t for name, t in zip(placeholders, list(feeds) + [graph.capture(c) for c in captured])}
+        got = tf.graph_util.import_graph_def(gd, input_map={f"{n}:0": fed[f"{n}:0"] for n in read},
+                                             return_elements=imported, name=SCOPE)
+        by_spec = dict(zip(imported, got))
+        return [by_spec[w] if w in by_spec else fed[w] for w in wanted]  # a placeholder: what feeds it
+
+    return body
+
+
 def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = (),
           descend: bool = True) -> Instrumented:
     import tensorflow as tf
 
     b, fps_spec, full_specs, layout, region_specs = instrumented_graph_def(trace, taps, fingerprinter, full, descend)
-    placeholders = trace.arg_names + trace.capture_names
-    gd, read = _without_fed_placeholders(b.gd, placeholders)
     regions = list(region_specs)
     wanted = [fps_spec] + list(trace.output_names) + full_specs + [region_specs[r] for r in regions]
-    imported = [w for w in wanted if parse_input(w)[0] not in set(placeholders)]
-
-    # The captured values (variable handles above all) are captured again by closure, not passed as arguments:
-    # a concrete function's call costs about 24 us more per tensor argument (300 handles: 8.3 ms against 1.2 ms
-    # captured, on the 2-core CPU machine), which the plain step, whose captures are bound, does not pay.
-    captured = list(trace.concrete.captured_inputs)
+    importer = step_importer(trace, b.gd, b.register, wanted)
+    n, m = len(trace.output_names), len(full_specs)
 
     def body(*feeds):
-        graph = tf.compat.v1.get_default_graph()  # the FuncGraph being traced
-        b.register(graph)
-        fed = {f"{name}:0": t for name, t in zip(placeholders, list(feeds) + [graph.capture(c) for c in captured])}
-        got = tf.graph_util.import_graph_def(gd, input_map={f"{n}:0": fed[f"{n}:0"] for n in read},
-                                             return_elements=imported, name=SCOPE)
-        by_spec = dict(zip(imported, got))
-        got = [by_spec[w] if w in by_spec else fed[w] for w in wanted]  # a placeholder: what feeds it
-        n, m = len(trace.output_names), len(full_specs)
+        got = importer(*feeds)
         return got[0], got[1:1 + n], got[1 + n:1 + n + m], got[1 + n + m:]
 
     fn = tf.function(body, autograph=False, jit_compile=trace.jit_compile)

@@ -44,7 +44,7 @@ class OpCall:
         return [a.variable for a in self.args if a.variable]
 
 
-def _attr_value(value):
+def attr_value(value):
     import tensorflow as tf
 
     kind = value.WhichOneof("value")
@@ -93,5 +93,5 @@ def op_call(graph: OpGraph, node_def, op: str) -> OpCall:
                                                                                   arg.type_list_attr),
                         variable=variable))
         i += count
-    attrs = {k: _attr_value(v) for k, v in sorted(node_def.attr.items()) if k not in inferred and not k.startswith("_")}
+    attrs = {k: attr_value(v) for k, v in sorted(node_def.attr.items()) if k not in inferred and not k.startswith("_")}
     return OpCall(op=op, op_type=op_type, args=args, attrs=attrs, device=node_def.device)

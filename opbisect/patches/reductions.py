@@ -1,0 +1,261 @@
+"""Sums whose order a GPU's atomics or a CPU's threads pick: segment sums and scatters with duplicate indices.
+
+One deterministic building block does them all: sort the rows by key (a stable sort), then a segmented
+inclusive scan by doubling (Hillis-Steele), in which every row's partial sum is formed by the same adds in the
+same tree order on every run. Only sorts, gathers, `where` and elementwise adds run: no atomics, no scatter with
+a repeated index. It is not NVIDIA's float64 upcast (which was shown not to be deterministic): the sum stays in
+the data's dtype, in a fixed order.
+
+On a CPU, TensorFlow's own unsorted_segment_sum is already order-fixed (each thread owns a range of output
+rows and adds the input rows into them in input order), and O(n): patches placed on a CPU use it instead.
+
+Scatters combine the updates of each repeated index first, then scatter one update per index:
+- outside XLA, with tf.unique (first-occurrence order, deterministic);
+- under XLA (no dynamic shapes), every position keeps its update slot, all but the last of each index get a
+  zero: adding 0 in any order gives the same bits, so the atomics no longer matter.
+"""
+
+from __future__ import annotations
+
+from .registry import SEGMENT_SWITCH, register
+
+
+class NotApplicable(Exception):
+    """The patch cannot rewrite this node (its message says why); the rewrite leaves it alone and says so."""
+
+
+def _column(mask, like):
+    """A [n] mask shaped [n, 1, ..., 1] to select rows of `like` (whose rank may be known only at run time)."""
+    import tensorflow as tf
+
+    if like.shape.rank is not None:
+        return tf.reshape(mask, [-1] + [1] * (like.shape.rank - 1))
+    return tf.reshape(mask, tf.concat([[-1], tf.ones([tf.rank(like) - 1], tf.int32)], 0))
+
+
+def _rank(x):
+    """The rank of x: a Python int when known while tracing, else a scalar tensor."""
+    import tensorflow as tf
+
+    return x.shape.rank if x.shape.rank is not None else tf.rank(x)
+
+
+def segmented_scan(rows, keys):
+    """The inclusive running sum of `rows` within each run of equal `keys` (sorted), in a fixed tree order."""
+    import tensorflow as tf
+
+    n = tf.shape(keys)[0]
+    at = tf.range(n)
+
+    def body(offset, x):
+        back = tf.maximum(at - offset, 0)
+        same = (at >= offset) & tf.equal(tf.gather(keys, back), keys)
+        return offset * 2, tf.where(_column(same, x), x + tf.gather(x, back), x)
+
+    _, sums = tf.while_loop(lambda offset, _: offset < n, body, [tf.constant(1), rows])
+    return sums
+
+
+def _sorted(keys, rows):
+    import tensorflow as tf
+
+    order = tf.argsort(keys, stable=True)
+    return order, tf.gather(keys, order), tf.gather(rows, order)
+
+
+def segment_sum(rows, ids, num_segments, on_cpu: bool = False):
+    """unsorted_segment_sum(rows, ids, num_segments) over the first axis, deterministically. Ids outside
+    [0, num_segments) are dropped, as the GPU kernel drops them."""
+    import tensorflow as tf
+
+    if on_cpu:
+        with tf.device("/device:CPU:0"):
+            return tf.math.unsorted_segment_sum(rows, ids, num_segments)
+
+    num = tf.cast(num_segments, tf.int64)
+    ids = tf.cast(ids, tf.int64)
+    keys = tf.where((ids >= 0) & (ids < num), ids, num)  # dropped ids: a segment past the end
+    # One sentinel row, so that the gathers below never index an empty tensor.
+    keys = tf.concat([keys, tf.reshape(num + 1, [1])], 0)
+    rows = tf.concat([rows, tf.zeros(tf.concat([[1], tf.shape(rows)[1:]], 0), rows.dtype)], 0)
+    _, keys, rows = _sorted(keys, rows)
+    sums = segmented_scan(rows, keys)
+    wanted = tf.range(num, dtype=tf.int64)
+    last = tf.maximum(tf.searchsorted(keys, wanted, side="right", out_type=tf.int64) - 1, 0)
+    found = tf.equal(tf.gather(keys, last), wanted)
+    picked = tf.gather(sums, last)
+    return tf.where(_column(found, picked), picked, tf.zeros_like(picked))
+
+
+def _as_rows(data, ids):
+    """ids as a vector and data as [n, ...] rows (ids may have any rank; data's leading axes match them)."""
+    import tensorflow as tf
+
+    k = _rank(ids)
+    return tf.reshape(data, tf.concat([[-1], tf.shape(data)[k:]], 0)), tf.reshape(ids, [-1])
+
+
+def combine(keys, rows, ctx):
+    """(positions, sums): one update per distinct key, the sum of that key's rows, at a position holding the
+    key. Under XLA every position stays, and all but the last of each key carry zeros."""
+    import tensorflow as tf
+
+    if not ctx.xla:
+        unique, slot = tf.unique(keys)
+        count = tf.size(unique)
+        first = tf.math.unsorted_segment_min(tf.range(tf.size(keys)), slot, count)  # a min: order-free
+        return first, segment_sum(rows, slot, count, ctx.on_cpu)
+    order, keys, rows = _sorted(keys, rows)
+    sums = segmented_scan(rows, keys)
+    last = tf.concat([tf.not_equal(keys[:-1], keys[1:]), tf.ones([1], tf.bool)], 0)[:tf.size(keys)]
+    return order, tf.where(_column(last, sums), sums, tf.zeros_like(sums))
+
+
+_SEGMENT_HOW = "stable sort by id, then a segmented sum by doubling: the same adds in the same order every run"
+
+
+@register("UnsortedSegmentSum", how=_SEGMENT_HOW, switch=SEGMENT_SWITCH)
+def unsorted_segment_sum(ctx, data, segment_ids, num_segments):
+    import tensorflow as tf
+
+    rows, ids = _as_rows(data, segment_ids)
+    return [tf.cast(segment_sum(rows, ids, num_segments, ctx.on_cpu), data.dtype)]
+
+
+@register("SegmentSum", how=_SEGMENT_HOW, switch=SEGMENT_SWITCH)
+def sorted_segment_sum(ctx, data, segment_ids):
+    import tensorflow as tf
+
+    n = tf.size(segment_ids)
+    num = tf.where(n > 0, tf.cast(segment_ids[tf.maximum(n - 1, 0)], tf.int64) + 1, 0)
+    return [segment_sum(data, segment_ids, num, ctx.on_cpu)]
+
+
+@register("SparseSegmentSum", how=_SEGMENT_HOW, switch=SEGMENT_SWITCH)
+def sparse_segment_sum(ctx, data, indices, segment_ids):
+    return sorted_segment_sum(ctx, _gather(data, indices), segment_ids)
+
+
+@register("SparseSegmentMean", how=_SEGMENT_HOW + "; divided by exact integer counts", switch=SEGMENT_SWITCH)
+def sparse_segment_mean(ctx, data, indices, segment_ids):
+    import tensorflow as tf
+
+    total = sorted_segment_sum(ctx, _gather(data, indices), segment_ids)[0]
+    ones = tf.ones_like(segment_ids, dtype=data.dtype)
+    count = sorted_segment_sum(ctx, ones, segment_ids)[0]
+    return [total / _column(tf.maximum(count, 1), total)]
+
+
+def _gather(data, indices):
+    import tensorflow as tf
+
+    return tf.gather(data, indices)
+
+
+_SCATTER_HOW = "the updates of each repeated index summed deterministically first, then one update per index"
+
+
+def _scatter(ctx, write, target, indices, updates, slice_shape):
+    """Call `write(target, indices, updates)` with duplicates combined; `slice_shape` is the shape each index
+    addresses (to broadcast a scalar update)."""
+    import tensorflow as tf
+
+    updates = tf.broadcast_to(updates, tf.concat([tf.shape(indices), slice_shape], 0))
+    rows, keys = _as_rows(updates, indices)
+    positions, sums = combine(tf.cast(keys, tf.int64), rows, ctx)
+    return write(target, tf.gather(keys, positions), sums)
+
+
+@register("ResourceScatterAdd", how=_SCATTER_HOW)
+def resource_scatter_add(ctx, resource, indices, updates):
+    return _resource_scatter(ctx, "ResourceScatterAdd", resource, indices, updates)
+
+
+@register("ResourceScatterSub", how=_SCATTER_HOW)
+def resource_scatter_sub(ctx, resource, indices, updates):
+    return _resource_scatter(ctx, "ResourceScatterSub", resource, indices, updates)
+
+
+def _resource_scatter(ctx, op_type: str, resource, indices, updates):
+    import tensorflow as tf
+
+    write = getattr(tf.raw_ops, op_type)
+    slice_shape = tf.raw_ops.VariableShape(input=resource, out_type=tf.int32)[1:]
+    _scatter(ctx, lambda r, i, u: write(resource=r, indices=i, updates=u), resource, indices, updates, slice_shape)
+    return []
+
+
+def _linear(indices, shape):
+    """[..., K] indices into `shape` as [...] int64 offsets (row-major), and the [-1, K] index rows."""
+    import tensorflow as tf
+
+    k = indices.shape[-1]
+    if k is None:
+        raise NotApplicable("an index depth unknown at trace time")
+    dims = tf.cast(shape[:k], tf.int64)
+    strides = tf.math.cumprod(dims, exclusive=True, reverse=True)
+    rows = tf.reshape(indices, [-1, k])
+    return tf.reduce_sum(tf.cast(rows, tf.int64) * strides, axis=1), rows
+
+
+def _nd_scatter(ctx, write, target, indices, updates, shape):
+    """A scatter_nd-family write with the updates of repeated index rows combined first."""
+    import tensorflow as tf
+
+    keys, index_rows = _linear(indices, shape)
+    rows = tf.reshape(updates, tf.concat([[-1], tf.shape(updates)[_rank(indices) - 1:]], 0))
+    positions, sums = combine(keys, rows, ctx)
+    return write(target, tf.gather(index_rows, positions), sums)
+
+
+@register("TensorScatterAdd", how=_SCATTER_HOW)
+def tensor_scatter_add(ctx, tensor, indices, updates):
+    import tensorflow as tf
+
+    return [_nd_scatter(ctx, tf.tensor_scatter_nd_add, tensor, indices, updates, tf.shape(tensor))]
+
+
+@register("TensorScatterSub", how=_SCATTER_HOW)
+def tensor_scatter_sub(ctx, tensor, indices, updates):
+    import tensorflow as tf
+
+    return [_nd_scatter(ctx, tf.tensor_scatter_nd_sub, tensor, indices, updates, tf.shape(tensor))]
+
+
+@register("ScatterNd", how=_SCATTER_HOW)
+def scatter_nd(ctx, indices, updates, shape):
+    import tensorflow as tf
+
+    zeros = tf.zeros(shape, updates.dtype)
+    return [_nd_scatter(ctx, tf.tensor_scatter_nd_add, zeros, indices, updates, shape)]
+
+
+@register("ResourceScatterNdAdd", "ResourceScatterNdSub", how=_SCATTER_HOW)
+def resource_scatter_nd(ctx, ref, indices, updates):
+    import tensorflow as tf
+
+    op = tf.raw_ops.ResourceScatterNdAdd if ctx.op_type == "ResourceScatterNdAdd" else tf.raw_ops.ResourceScatterNdSub
+    shape = tf.raw_ops.VariableShape(input=ref, out_type=tf.int64)
+    _nd_scatter(ctx, lambda r, i, u: op(ref=r, indices=i, updates=u, use_locking=ctx.attrs.get("use_locking", True)),
+                ref, indices, updates, shape)
+    return []
+
+
+@register("DenseBincount", how="a weighted count is a segment sum: " + _SEGMENT_HOW)
+def dense_bincount(ctx, values, size, weights):
+    import tensorflow as tf
+
+    if ctx.attrs.get("binary_output"):
+        raise NotApplicable("a binary bincount adds nothing up (it is deterministic already)")
+    dtype = weights.dtype if weights.shape.num_elements() != 0 else ctx.attrs["T"]
+    w = weights if weights.shape.num_elements() != 0 else tf.ones_like(values, dtype)
+    size = tf.cast(size, tf.int64)
+    v = tf.cast(values, tf.int64)
+    if values.shape.rank == 2:  # one count per row: row r's bins are r*size ... r*size+size-1
+        row = tf.range(tf.shape(v, out_type=tf.int64)[0])[:, None]
+        flat = tf.where((v >= 0) & (v < size), row * size + v, -1)
+        counts = segment_sum(tf.reshape(w, [-1]), tf.reshape(flat, [-1]), tf.shape(v, out_type=tf.int64)[0] * size,
+                             ctx.on_cpu)
+        return [tf.reshape(counts, [-1, size])]
+    v = tf.where((v >= 0) & (v < size), v, -1)  # dropped, as bincount drops values past `size`
+    return [segment_sum(tf.reshape(w, [-1]), tf.reshape(v, [-1]), size, ctx.on_cpu)]

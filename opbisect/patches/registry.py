@@ -1,0 +1,59 @@
+"""The patch registry: one deterministic replacement per op type, as JAX keeps one rule per primitive.
+
+A patch is a function `build(ctx, *inputs) -> outputs` that computes what the op computes, from the op's own
+inputs and attributes, with ops whose result does not depend on thread or atomic order. The rewrite
+(opbisect.patches.rewrite) traces it into a function and puts a call to it in place of the named node, so nothing
+but the chosen nodes changes, and no Python name is patched.
+
+Where TensorFlow has a family switch (an environment variable read once per process) that makes the op type
+deterministic, the patch names it: `opbisect verify` measures it as a variant of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+SEGMENT_SWITCH = "TF_USE_DETERMINISTIC_SEGMENT_REDUCTIONS"
+CUDNN_SWITCH = "TF_CUDNN_DETERMINISTIC"
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchContext:
+    """What a patch may read besides its inputs (which carry their static shapes): the node's type and attributes
+    (Python values, tf.DType for types), whether the step is compiled by XLA (no dynamic shapes then), and whether
+    the node runs on a CPU (where some of TensorFlow's own kernels are order-fixed)."""
+
+    op_type: str
+    attrs: dict
+    xla: bool
+    on_cpu: bool = False  # the node surely runs on a CPU (no GPU visible, or placed on one)
+
+
+@dataclasses.dataclass(frozen=True)
+class Patch:
+    op_type: str
+    build: Callable | None  # None: no rewrite exists; only the family switch (if any) helps
+    how: str  # one line: why the replacement is deterministic
+    switch: str = ""  # TensorFlow's family switch for this op type, when it has one
+    exact: bool = False  # bitwise equal to the op on any input (else: equal up to summation order)
+
+
+PATCHES: dict[str, Patch] = {}
+
+
+def register(*op_types: str, how: str, switch: str = "", exact: bool = False):
+    """Decorator: `build` is the patch of each of `op_types`."""
+    def wrap(build: Callable) -> Callable:
+        for t in op_types:
+            if t in PATCHES:
+                raise ValueError(f"two patches for {t}")
+            PATCHES[t] = Patch(t, build, how, switch, exact)
+        return build
+    return wrap
+
+
+def switch_only(op_types: tuple[str, ...], switch: str, how: str) -> None:
+    """Op types with no rewrite, that a family switch makes deterministic."""
+    for t in op_types:
+        PATCHES[t] = Patch(t, None, how, switch)

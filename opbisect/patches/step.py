@@ -1,0 +1,44 @@
+"""The patched step: the traced step's GraphDef with the chosen nodes replaced, run on the user's own variables."""
+
+from __future__ import annotations
+
+from .. import tfcompat
+from ..errors import UsageError
+from .rewrite import rewrite
+from .selection import Choice
+
+
+class PatchedStep:
+    """Called like the step (same arguments, same outputs); runs the patched graph."""
+
+    def __init__(self, trace, choice: Choice):
+        import tensorflow as tf
+
+        from ..capture.taps import step_importer
+
+        if choice.unmatched:
+            raise UsageError(f"--patch names {len(choice.unmatched)} op(s) this step does not have, e.g. "
+                             f"{choice.unmatched[0]} (is the report from another version of the script?)")
+        self.trace, self.choice = trace, choice
+        self.rewrite = rewrite(trace, choice.by_region())
+        body = step_importer(trace, self.rewrite.graph_def, self.rewrite.register, list(trace.output_names))
+        self.fn = tf.function(body, autograph=False, jit_compile=trace.jit_compile)
+        self.concrete = None
+
+    @property
+    def replaced(self) -> list[str]:
+        return self.rewrite.replaced
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        return self.rewrite.skipped
+
+    def flat(self, *args) -> list:
+        feeds = self.trace.flat_args(args)
+        if self.concrete is None:  # for the traced specs: a partial last batch runs the same function
+            specs = self.trace.arg_specs()
+            self.concrete = self.fn.get_concrete_function(*(specs if len(specs) == len(feeds) else feeds))
+        return self.concrete(*feeds)
+
+    def __call__(self, *args):
+        return tfcompat.pack_outputs(self.trace.concrete, self.flat(*args))

@@ -1,0 +1,67 @@
+"""The record of `opbisect verify`: each variant of the step run side by side from one state, and the decision.
+
+Variants: `plain` (the step as written), `patched` (the report's sources replaced, opbisect.patches), `global
+switch` (enable_op_determinism, in a child process since it is process-wide), and each TensorFlow family switch
+that applies to the sources (an environment variable, in a child process). The recommendation, the cheapest
+variant whose runs all gave the same bits, is decided once (`decide`) and stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..errors import EXIT_CLEAN, EXIT_FOUND
+
+VERIFY_VERSION = 1
+PLAIN, PATCHED, GLOBAL = "plain", "patched", "global switch"
+
+
+@dataclasses.dataclass
+class Variant:
+    name: str
+    how: str  # one line: what runs
+    runs: int = 0
+    distinct: int = 0  # distinct results: the step's outputs and every variable after it
+    step_ms: float | None = None  # median wall time of one step (synchronised), warm-up excluded
+    ratio: float | None = None  # step_ms / the plain step's
+    max_abs_diff: float | None = None  # against the plain step's first run, over outputs and variables
+    max_ulp: int | None = None
+    comparable: bool = True  # False: started from other values (another process, unseeded inputs)
+    error: str = ""  # why it did not run (e.g. an op with no deterministic kernel raised under the switch)
+
+    @property
+    def reproducible(self) -> bool:
+        return not self.error and self.runs >= 2 and self.distinct == 1
+
+
+@dataclasses.dataclass
+class Verification:
+    script: str
+    script_path: str
+    device: str
+    patch: str  # the --patch spec
+    runs: int
+    replaced: list[str]  # op ids replaced in the patched variant
+    skipped: dict[str, str]  # op id -> why it was not replaced
+    not_ops: dict[str, str]  # CSV sources no replacement fixes -> their kind
+    plain_spread: float | None  # the plain step's own run-to-run max abs difference
+    variants: list[Variant]
+    recommendation: str = ""  # the cheapest reproducible variant's name ("" when none is)
+    version: int = VERIFY_VERSION
+
+    def variant(self, name: str) -> Variant | None:
+        return next((v for v in self.variants if v.name == name), None)
+
+    @property
+    def exit_code(self) -> int:
+        """0 only when the patched step is bitwise reproducible (git bisect: good), else 1."""
+        patched = self.variant(PATCHED)
+        return EXIT_CLEAN if patched is not None and patched.reproducible else EXIT_FOUND
+
+
+def decide(variants: list[Variant]) -> str:
+    """The cheapest variant whose runs were bitwise identical; a variant without a time ranks last."""
+    good = [v for v in variants if v.reproducible]
+    if not good:
+        return ""
+    return min(good, key=lambda v: (v.step_ms is None, v.step_ms or 0.0, v.name != PATCHED)).name

@@ -1,0 +1,78 @@
+"""Views of a Verification (`opbisect verify`): the terminal lines, `variants.csv`, and the record itself.
+
+They decide nothing: the recommendation and the exit code are the record's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ..record import store
+from ..record.verification import PATCHED, PLAIN, Verification
+
+RECORD = "verification.json"
+CSV = "variants.csv"
+TEXT = "summary.txt"
+COLUMNS = ["variant", "reproducible", "distinct", "runs", "step_ms", "ratio", "max_abs_diff", "max_ulp",
+           "comparable", "error", "how"]
+
+
+def frame(v: Verification) -> pd.DataFrame:
+    rows = [{"variant": x.name, "reproducible": x.reproducible, **{k: getattr(x, k) for k in COLUMNS[2:]}}
+            for x in v.variants]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _ratio(x) -> str:
+    return f"{x.ratio:.2f}x" if x.ratio is not None else "-"
+
+
+def _row(x) -> str:
+    if x.error:
+        return f"  {x.name:<44} raised: {x.error}"
+    same = "bitwise reproducible" if x.reproducible else f"{x.distinct} distinct results"
+    agree = "" if x.max_abs_diff is None else f", max |diff| vs plain {x.max_abs_diff:.3g} ({x.max_ulp} ulp)"
+    if not x.comparable:
+        agree = ", not compared (started from other values)"
+    return f"  {x.name:<44} {same} in {x.runs} runs, {x.step_ms} ms a step ({_ratio(x)}){agree}"
+
+
+def lines(v: Verification, written: Path | None = None) -> list[str]:
+    out = [f"opbisect verify {v.script} --patch {v.patch}: {v.runs} runs of each variant on {v.device}"]
+    out.append(f"replaced {len(v.replaced)} op(s): {', '.join(v.replaced) or 'none'}")
+    for op, why in v.skipped.items():
+        out.append(f"not replaced: {op}: {why}")
+    for op, kind in v.not_ops.items():
+        out.append(f"no patch for source {op} (kind {kind}): fix it where the report's remedy says")
+    out += [_row(x) for x in v.variants]
+    if v.plain_spread:
+        out.append(f"the plain step's own run-to-run spread: max |diff| {v.plain_spread:.3g}")
+    patched = v.variant(PATCHED)
+    if v.recommendation == PLAIN:
+        out.append("recommendation: plain: the step gave one result in every run; nothing to fix in these runs")
+    elif v.recommendation:
+        best = v.variant(v.recommendation)
+        out.append(f"recommendation: {best.name} ({_ratio(best)} the plain step), the cheapest bitwise "
+                   f"reproducible variant")
+    else:
+        out.append("recommendation: none: no variant was bitwise reproducible")
+    verdict = "is" if patched and patched.reproducible else "is NOT"
+    out.append(f"the patched step {verdict} bitwise reproducible (exit {v.exit_code})")
+    if written is not None:
+        out.append(f"report: {written}")
+    return out
+
+
+def write(v: Verification, folder: store.ReportFolder) -> Path:
+    record = json.dumps(dataclasses.asdict(v))
+    summary = json.dumps({"script_path": v.script_path, "recommendation": v.recommendation,
+                          "exit_code": v.exit_code})
+    views = [(RECORD, record), (store.SUMMARY_JSON, summary), (CSV, frame(v).to_csv(index=False)),
+             (TEXT, "\n".join(lines(v)) + "\n")]
+    for name, content in views:
+        folder.write(name, content)
+    return folder.commit()

@@ -1,0 +1,192 @@
+"""`opbisect verify`: the plain step, the patched step and TensorFlow's switches, side by side from one state.
+
+    run_verify(settings)
+      ReportFolder(<stem>-verify).prepare()      record/store.py
+      _Step (load, trace, snapshot)               targets/, trace/, execute/snapshot.py
+      measure(plain), measure(patched)            execute/variants.py, patches/step.py
+      children: --variant global | family         this module, in fresh processes (the switches are global)
+      Verification + decide                       record/verification.py
+      views                                       report/verify_view.py
+
+A child restores the parent's starting values (by variable key) and checks that its inputs have the parent's
+fingerprints; where either fails its numbers are not compared with the plain step's (`comparable`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InternalError, TargetError
+from .record import store
+from .record.verification import GLOBAL, PATCHED, PLAIN, Variant, Verification, decide
+from .settings import VerifySettings
+
+_GLOBAL_HOW = "tf.config.experimental.enable_op_determinism(), in a fresh process"
+
+
+def run_verify(settings: VerifySettings, echo=print) -> int:
+    from .report import verify_view
+
+    settings.validate()
+    if settings.variant:
+        return _child(settings)
+    folder = store.ReportFolder(settings.out, f"{settings.script.stem}-verify", str(settings.script.resolve()))
+    with folder.prepare():
+        verification = experiment(settings)
+        written = verify_view.write(verification, folder)
+    for line in verify_view.lines(verification, written):
+        echo(line)
+    return verification.exit_code
+
+
+@dataclasses.dataclass
+class _Step:
+    """The user's step, traced, with its starting state saved and a way to fingerprint one run's result."""
+
+    target: object
+    trace: object
+    args: tuple
+    snapshot: object
+    fingerprint: object
+    inputs: list[int]
+    kind: str
+
+
+def _load(settings: VerifySettings, starting: dict | None = None) -> _Step:
+    from .capture import fingerprint as fps
+    from .capture import taps
+    from .execute.snapshot import Snapshot
+    from .session import _restored_variables, setup_tensorflow
+    from .targets.loader import load_target
+    from .trace.trace import trace_step
+
+    tf, kind = setup_tensorflow(settings.device)
+    if settings.variant == "global":
+        tf.config.experimental.enable_op_determinism()
+    target = load_target(settings.script, settings.step_name, settings.inputs_name)
+    args = target.make_inputs()
+    trace = trace_step(target, args)
+    fp, _ = fps.for_device(kind, jit=bool(trace.jit_compile), choice="auto")
+    restored = _restored_variables(trace, target)
+    for key, value in (starting or {}).items():
+        if key in restored:
+            restored[key].assign(value)
+    state = taps.make_state_fingerprinter(trace.variables, fp)
+    values = taps.make_value_fingerprinter(fp)
+
+    def fingerprint(outputs) -> tuple:
+        return tuple(values(tf.nest.flatten(outputs, expand_composites=True))), tuple(sorted(state().items()))
+
+    inputs = values([tf.convert_to_tensor(a) for a in tf.nest.flatten(args)])
+    return _Step(target, trace, args, Snapshot(restored), fingerprint, inputs, kind)
+
+
+def _measure(step: _Step, call, runs: int):
+    from .execute.variants import measure
+
+    return measure(call, step.args, step.snapshot.restore, step.fingerprint, step.trace.variables, runs)
+
+
+def _variant(name: str, how: str, measured, plain=None, comparable: bool = True) -> Variant:
+    from .execute.variants import difference
+
+    v = Variant(name=name, how=how, runs=len(measured.results), distinct=measured.distinct,
+                step_ms=measured.step_ms, error=measured.error, comparable=comparable)
+    if plain is not None and plain.step_ms and v.step_ms is not None:
+        v.ratio = round(v.step_ms / plain.step_ms, 3)
+    if plain is not None and comparable and measured.first and plain.first:
+        m = difference(plain.first, measured.first)
+        v.max_abs_diff, v.max_ulp = m.max_abs_diff, int(min(m.max_ulp_diff, 2 ** 62))
+    return v
+
+
+def experiment(settings: VerifySettings) -> Verification:
+    from .patches import PATCHES
+    from .patches.selection import choose
+    from .patches.step import PatchedStep
+    from .session import environment
+    from .targets.loader import importable
+
+    with importable(settings.script):
+        step = _load(settings)
+        choice = choose(step.trace.graph, settings.patch)
+        patched = PatchedStep(step.trace, choice)
+        plain = _measure(step, step.trace.concrete, settings.runs)
+        if plain.error:
+            raise TargetError(f"the step raised {plain.error}")
+        fixed = _measure(step, patched, settings.runs)
+        if fixed.error:
+            raise InternalError(f"the patched step failed where the plain step ran ({fixed.error})")
+        import tensorflow as tf
+
+        device = environment(tf, step.kind)["device"]
+        variants = [_variant(PLAIN, "the step as written", plain, plain),
+                    _variant(PATCHED, f"{len(patched.replaced)} op(s) replaced by opbisect's patches", fixed, plain)]
+        if settings.switches:
+            switches = sorted({PATCHES[t].switch for t in {step.trace.graph.op_type(op) for op in choice.ops}
+                               if t in PATCHES and PATCHES[t].switch})
+            variants += _children(settings, step, plain, switches)
+    return Verification(script=str(settings.script), script_path=str(settings.script.resolve()), device=device,
+                        patch=settings.patch, runs=settings.runs, replaced=patched.replaced, skipped=patched.skipped,
+                        not_ops=choice.not_ops, plain_spread=plain.spread, variants=variants,
+                        recommendation=decide(variants))
+
+
+def _children(settings: VerifySettings, step: _Step, plain, switches: list[str]) -> list[Variant]:
+    """The global switch and each family switch, each in a fresh process from the parent's starting state."""
+    with tempfile.TemporaryDirectory(prefix="opbisect-verify-") as tmp:
+        exchange = Path(tmp)
+        keys = sorted(step.snapshot.keys)
+        np.savez(exchange / "start.npz", *[np.asarray(v.numpy()) for v in step.snapshot.saved])
+        (exchange / "start.json").write_text(json.dumps({"keys": keys, "inputs": step.inputs}))
+        out = [_child_variant(settings, exchange, "global", GLOBAL, _GLOBAL_HOW, {}, step, plain)]
+        for switch in switches:
+            out.append(_child_variant(settings, exchange, "family", f"{switch}=1",
+                                      f"the environment variable {switch}=1, in a fresh process", {switch: "1"},
+                                      step, plain))
+    return out
+
+
+def _child_variant(settings, exchange: Path, variant: str, name: str, how: str, env: dict, step, plain) -> Variant:
+    from .execute.processes import _run_child
+    from .execute.variants import Measured
+
+    child = dataclasses.replace(settings, variant=variant, exchange=exchange, switches=False)
+    done = _run_child([sys.executable, "-m", "opbisect", "verify", *child.to_argv()], {**os.environ, **env})
+    result = exchange / f"{variant}.json"
+    if done.returncode != 0 or not result.is_file():
+        last = (done.stderr.strip().splitlines() or [""])[-1]
+        return Variant(name=name, how=how, error=f"the child process failed (exit {done.returncode}): {last}")
+    got = json.loads(result.read_text())
+    arrays = np.load(exchange / f"{variant}.npz")
+    measured = Measured(results=got["results"], times=got["times"],
+                        first={n: arrays[f"arr_{i}"] for i, n in enumerate(got["names"])}, error=got["error"])
+    result.unlink()
+    return _variant(name, how, measured, plain, comparable=got["comparable"])
+
+
+def _child(settings: VerifySettings) -> int:
+    """In a fresh process under one switch: run the plain step from the parent's state, leave the results."""
+    from .targets.loader import importable
+
+    exchange = Path(settings.exchange)
+    start = json.loads((exchange / "start.json").read_text())
+    arrays = np.load(exchange / "start.npz")
+    starting = {k: arrays[f"arr_{i}"] for i, k in enumerate(start["keys"])}
+    with importable(settings.script):
+        step = _load(settings, starting)
+        measured = _measure(step, step.trace.concrete, settings.runs)
+    comparable = sorted(step.snapshot.keys) == start["keys"] and step.inputs == start["inputs"]
+    names = list(measured.first)
+    np.savez(exchange / f"{settings.variant}.npz", *[measured.first[n] for n in names])
+    (exchange / f"{settings.variant}.json").write_text(json.dumps({
+        "results": [repr(r) for r in measured.results], "times": measured.times, "names": names,
+        "error": measured.error, "comparable": comparable}))
+    return 0
