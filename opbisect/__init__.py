@@ -1,3 +1,7 @@
 """opbisect: op-level nondeterminism bisection for TensorFlow."""
 
 __version__ = "0.1.0"
+
+from .fix import deterministic  # noqa: E402  (imports no TensorFlow until called)
+
+__all__ = ["deterministic"]

@@ -135,6 +135,7 @@ def experiment(settings: VerifySettings) -> Verification:
             variants += _children(settings, step, plain, switches)
     return Verification(script=str(settings.script), script_path=str(settings.script.resolve()), device=device,
                         patch=settings.patch, runs=settings.runs, replaced=patched.replaced, skipped=patched.skipped,
+                        renamed=choice.renamed,
                         not_ops=choice.not_ops, plain_spread=plain.spread, variants=variants,
                         recommendation=decide(variants))
 

@@ -9,6 +9,7 @@ of a sum across processes) has no patch: it is listed with its kind, for the rep
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 from ..errors import UsageError
@@ -24,7 +25,8 @@ class Choice:
     spec: str
     ops: list[str]  # op ids to replace, in the step's graph
     unmatched: list[str]  # op ids named that the step does not have
-    not_ops: dict[str, str]  # op id -> kind, CSV sources no replacement can fix
+    renamed: dict[str, str] = dataclasses.field(default_factory=dict)  # named -> the step's op, scopes renumbered
+    not_ops: dict[str, str] = dataclasses.field(default_factory=dict)  # CSV sources no patch fixes -> their kind
 
     def by_region(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -72,6 +74,27 @@ def choose(graph, spec: str) -> Choice:
             raise UsageError("--patch names nothing")
         types = [s for s in items if s not in graph.g and s in PATCHES]
         names, others = [s for s in items if s not in types], {}
-    ops = [n for n in names if n in graph.g]
-    ops += [op for op in graph.g if graph.op_type(op) in types and op not in ops and "@" not in op]
-    return Choice(spec=spec, ops=ops, unmatched=[n for n in names if n not in graph.g], not_ops=others)
+    renamed = _renumbered(graph, [n for n in names if n not in graph.g])
+    ops = [renamed.get(n, n) for n in names if n in graph.g or n in renamed]
+    ops += [op for op in graph.g if graph.op_type(op) in types and op not in ops]
+    return Choice(spec=spec, ops=ops, unmatched=[n for n in names if n not in graph.g and n not in renamed],
+                  renamed=renamed, not_ops=others)
+
+
+def _loose(op: str) -> str:
+    """An op id with the numbers Keras and TensorFlow append to scope names dropped (`sgd_1/x` -> `sgd/x`); the
+    op's own last name stays, since it is unique within its scope."""
+    parts = re.split(r"(/|::)", op)
+    return "".join(re.sub(r"_\d+$", "", p) for p in parts[:-1]) + parts[-1]
+
+
+def _renumbered(graph, missing: list[str]) -> dict[str, str]:
+    """The step's op for each missing name whose scopes were only renumbered (a model built twice in one process,
+    another model built first): only where exactly one op of the step matches."""
+    if not missing:
+        return {}
+    index: dict[str, list[str]] = {}
+    for op in graph.g:
+        index.setdefault(_loose(op), []).append(op)
+    found = {n: index.get(_loose(n), []) for n in missing}
+    return {n: ops[0] for n, ops in found.items() if len(ops) == 1}

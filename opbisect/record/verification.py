@@ -43,6 +43,7 @@ class Verification:
     runs: int
     replaced: list[str]  # op ids replaced in the patched variant
     skipped: dict[str, str]  # op id -> why it was not replaced
+    renamed: dict[str, str]  # op id as named -> the op it is in this step (scopes renumbered by Keras)
     not_ops: dict[str, str]  # CSV sources no replacement fixes -> their kind
     plain_spread: float | None  # the plain step's own run-to-run max abs difference
     variants: list[Variant]

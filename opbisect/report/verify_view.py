@@ -44,6 +44,8 @@ def _row(x) -> str:
 def lines(v: Verification, written: Path | None = None) -> list[str]:
     out = [f"opbisect verify {v.script} --patch {v.patch}: {v.runs} runs of each variant on {v.device}"]
     out.append(f"replaced {len(v.replaced)} op(s): {', '.join(v.replaced) or 'none'}")
+    for named, op in v.renamed.items():
+        out.append(f"matched by structure: {named} is {op} here (scopes renumbered)")
     for op, why in v.skipped.items():
         out.append(f"not replaced: {op}: {why}")
     for op, kind in v.not_ops.items():

@@ -1,0 +1,220 @@
+"""Each patch against the op it replaces: bitwise equal where summation order cannot matter (integer-valued
+floats, exactly representable sums), within a stated tolerance otherwise; the same bits over 20 runs; gradients
+through the replacement equal the op's. Every patch is checked in its three forms: the sorted doubling sum
+(what runs on a GPU), the CPU form, and the XLA form (compiled with jit_compile)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from opbisect.patches import PATCHES, PatchContext
+
+FORMS = {"sorted": dict(xla=False, on_cpu=False), "cpu": dict(xla=False, on_cpu=True),
+         "xla": dict(xla=True, on_cpu=False)}
+RTOL = 1e-5  # float32 sums of up to a few thousand terms, in another order
+
+
+def patched(op_type: str, form: str, *inputs, **attrs):
+    """The patch of `op_type` run on `inputs` (eager tensors), in a tf.function (compiled for the XLA form)."""
+    ctx = PatchContext(op_type=op_type, attrs=attrs, **FORMS[form])
+    fn = tf.function(lambda *xs: PATCHES[op_type].build(ctx, *xs), jit_compile=FORMS[form]["xla"], autograph=False)
+    return [t.numpy() for t in fn(*inputs)]
+
+
+def integers(rng, shape, dtype=np.float32):
+    """Integer-valued floats: every sum of a few thousand of them is exact, in any order."""
+    return tf.constant(rng.integers(-8, 9, shape).astype(dtype))
+
+
+def bitwise(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_unsorted_segment_sum_is_bitwise_the_op_on_exact_sums_and_drops_negative_ids(rng, form):
+    data = integers(rng, (3000, 5))
+    ids = rng.integers(-1, 40, 3000).astype(np.int32)  # -1: dropped, as the op drops it
+    want = tf.math.unsorted_segment_sum(data, ids, 40).numpy()
+    (got,) = patched("UnsortedSegmentSum", form, data, tf.constant(ids), tf.constant(40))
+    assert bitwise(got, want)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_unsorted_segment_sum_with_2d_ids_and_real_floats_is_within_tolerance(rng, form):
+    data = tf.constant(rng.normal(size=(64, 30, 7)).astype(np.float32))
+    ids = tf.constant(rng.integers(0, 11, (64, 30)).astype(np.int64))
+    want = tf.math.unsorted_segment_sum(data, ids, 13).numpy()
+    (got,) = patched("UnsortedSegmentSum", form, data, ids, tf.constant(13))
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-5)
+    assert not got[11:].any()  # segments no id names stay zero
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_sorted_and_sparse_segment_sums_and_mean(rng, form):
+    data = integers(rng, (500, 3))
+    ids = tf.constant(np.sort(rng.integers(0, 20, 500)).astype(np.int32))
+    (got,) = patched("SegmentSum", form, data, ids)
+    assert bitwise(got, tf.math.segment_sum(data, ids).numpy())
+    rows = tf.constant(rng.integers(0, 500, 300).astype(np.int32))
+    sids = tf.constant(np.sort(rng.integers(0, 9, 300)).astype(np.int32))
+    (got,) = patched("SparseSegmentSum", form, data, rows, sids)
+    assert bitwise(got, tf.sparse.segment_sum(data, rows, sids).numpy())
+    (got,) = patched("SparseSegmentMean", form, data, rows, sids)
+    np.testing.assert_allclose(got, tf.sparse.segment_mean(data, rows, sids).numpy(), rtol=RTOL)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("op_type", ["ResourceScatterAdd", "ResourceScatterSub"])
+def test_resource_scatters_with_duplicate_indices_write_what_the_op_writes(rng, form, op_type):
+    start = integers(rng, (50, 6))
+    indices = tf.constant(rng.integers(0, 7, (40, 25)).astype(np.int32))  # 1000 updates into 7 rows
+    updates = integers(rng, (40, 25, 6))
+    plain, ours = tf.Variable(start), tf.Variable(start)
+    getattr(tf.raw_ops, op_type)(resource=plain.handle, indices=indices, updates=updates)
+    ctx = PatchContext(op_type=op_type, attrs={}, **FORMS[form])
+    fn = tf.function(lambda h, i, u: PATCHES[op_type].build(ctx, h, i, u), jit_compile=FORMS[form]["xla"])
+    fn(ours.handle, indices, updates)
+    assert bitwise(ours.numpy(), plain.numpy())
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_scalar_update_is_broadcast_like_the_op(form):
+    plain, ours = tf.Variable(tf.zeros([5, 2])), tf.Variable(tf.zeros([5, 2]))
+    indices, update = tf.constant([1, 1, 3]), tf.constant(2.0)
+    tf.raw_ops.ResourceScatterAdd(resource=plain.handle, indices=indices, updates=update)
+    ctx = PatchContext(op_type="ResourceScatterAdd", attrs={}, **FORMS[form])
+    tf.function(lambda h, i, u: PATCHES["ResourceScatterAdd"].build(ctx, h, i, u),
+                jit_compile=FORMS[form]["xla"])(ours.handle, indices, update)
+    assert bitwise(ours.numpy(), plain.numpy())
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_nd_scatters_combine_repeated_index_rows(rng, form):
+    tensor = integers(rng, (6, 5, 3))
+    indices = tf.constant(rng.integers(0, 3, (400, 2)).astype(np.int32))  # 400 rows into 9 addresses
+    updates = integers(rng, (400, 3))
+    (got,) = patched("TensorScatterAdd", form, tensor, indices, updates)
+    assert bitwise(got, tf.tensor_scatter_nd_add(tensor, indices, updates).numpy())
+    (got,) = patched("TensorScatterSub", form, tensor, indices, updates)
+    assert bitwise(got, tf.tensor_scatter_nd_sub(tensor, indices, updates).numpy())
+    (got,) = patched("ScatterNd", form, indices, updates, tf.constant([6, 5, 3]))
+    assert bitwise(got, tf.scatter_nd(indices, updates, [6, 5, 3]).numpy())
+    plain, ours = tf.Variable(tensor), tf.Variable(tensor)
+    plain.scatter_nd_add(indices, updates)
+    ctx = PatchContext(op_type="ResourceScatterNdAdd", attrs={"use_locking": True}, **FORMS[form])
+    tf.function(lambda h, i, u: PATCHES["ResourceScatterNdAdd"].build(ctx, h, i, u),
+                jit_compile=FORMS[form]["xla"])(ours.handle, indices, updates)
+    assert bitwise(ours.numpy(), plain.numpy())
+
+
+@pytest.mark.parametrize("form", ["sorted", "cpu"])  # no XLA kernel for bincount's shape-from-value output
+def test_weighted_bincount_is_a_segment_sum(rng, form):
+    values = tf.constant(rng.integers(0, 12, 700).astype(np.int32))  # 10, 11: past `size`, dropped
+    weights = integers(rng, (700,))
+    want = tf.raw_ops.DenseBincount(input=values, size=10, weights=weights).numpy()
+    (got,) = patched("DenseBincount", form, values, tf.constant(10), weights, T=tf.float32)
+    assert bitwise(got, want)
+    rows = tf.reshape(values, [7, 100])
+    want = tf.raw_ops.DenseBincount(input=rows, size=10, weights=tf.reshape(weights, [7, 100])).numpy()
+    (got,) = patched("DenseBincount", form, rows, tf.constant(10), tf.reshape(weights, [7, 100]), T=tf.float32)
+    assert bitwise(got, want)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_bias_add_grad_is_a_reduce_sum_over_all_but_the_channel(rng, form, layout):
+    grad = integers(rng, (4, 6, 5, 3))
+    want = tf.raw_ops.BiasAddGrad(out_backprop=grad, data_format=layout).numpy() if layout == "NHWC" else \
+        tf.reduce_sum(grad, axis=[0, 2, 3]).numpy()  # the CPU kernel has no NCHW: its definition
+    (got,) = patched("BiasAddGrad", form, grad, data_format=layout)
+    assert bitwise(got, want)
+    (got,) = patched("BiasAddGrad", form, grad[0, 0], data_format=layout)  # a matrix: channels last either way
+    assert bitwise(got, tf.reduce_sum(grad[0, 0], axis=0).numpy())
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_add_n_sums_in_a_fixed_order(rng, form):
+    parts = [integers(rng, (30, 4)) for _ in range(17)]
+    (got,) = patched("AddN", form, *parts)
+    assert bitwise(got, tf.add_n(parts).numpy())
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_cross_entropies_match_the_fused_kernels(rng, form, dtype):
+    logits = tf.constant((rng.normal(size=(64, 1000)) * 3).astype(dtype))
+    labels = tf.constant(rng.integers(0, 1000, 64).astype(np.int32))
+    loss, grad = tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(features=logits, labels=labels)
+    got_loss, got_grad = patched("SparseSoftmaxCrossEntropyWithLogits", form, logits, labels)
+    tol = 1e-5 if dtype == np.float32 else 2e-3
+    assert got_loss.dtype == dtype and got_grad.dtype == dtype
+    np.testing.assert_allclose(got_loss, loss.numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(got_grad, grad.numpy(), rtol=tol, atol=tol)
+    dense = tf.one_hot(labels, 1000, dtype=dtype)
+    loss, grad = tf.raw_ops.SoftmaxCrossEntropyWithLogits(features=logits, labels=dense)
+    got_loss, got_grad = patched("SoftmaxCrossEntropyWithLogits", form, logits, dense)
+    np.testing.assert_allclose(got_loss, loss.numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(got_grad, grad.numpy(), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("align,half", [(False, False), (True, False), (False, True)])
+def test_resize_bilinear_grad_is_the_kernels_gradient(rng, form, align, half):
+    image = tf.constant(rng.normal(size=(2, 7, 9, 3)).astype(np.float32))
+    for size in ([16, 20], [4, 5]):  # up and down
+        grads = tf.constant(rng.normal(size=(2, *size, 3)).astype(np.float32))
+        want = tf.raw_ops.ResizeBilinearGrad(grads=grads, original_image=image, align_corners=align,
+                                             half_pixel_centers=half).numpy()
+        (got,) = patched("ResizeBilinearGrad", form, grads, image, align_corners=align, half_pixel_centers=half)
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-5)
+
+
+def test_twenty_runs_give_the_same_bits(rng):
+    data = tf.constant(rng.normal(size=(20000, 16)).astype(np.float32))
+    ids = tf.constant(rng.integers(0, 8, 20000).astype(np.int32))
+    runs = {patched("UnsortedSegmentSum", "sorted", data, ids, tf.constant(8))[0].tobytes() for _ in range(20)}
+    assert len(runs) == 1
+
+
+def test_gradients_through_the_replacements_are_the_ops_gradients(rng):
+    data = tf.constant(rng.normal(size=(200, 4)).astype(np.float32))
+    ids = tf.constant(rng.integers(0, 9, 200).astype(np.int32))
+    weight = tf.constant(rng.normal(size=(9, 4)).astype(np.float32))
+    logits = tf.constant(rng.normal(size=(8, 50)).astype(np.float32))
+    labels = tf.constant(rng.integers(0, 50, 8).astype(np.int32))
+    ctx = lambda t: PatchContext(op_type=t, attrs={}, xla=False)  # noqa: E731
+    cases = [
+        (data, lambda x: tf.math.unsorted_segment_sum(x, ids, 9) * weight,
+         lambda x: PATCHES["UnsortedSegmentSum"].build(ctx("UnsortedSegmentSum"), x, ids, tf.constant(9))[0] * weight),
+        (logits, lambda x: tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(features=x, labels=labels)[0],
+         lambda x: PATCHES["SparseSoftmaxCrossEntropyWithLogits"].build(ctx("SparseSoftmaxCrossEntropyWithLogits"),
+                                                                        x, labels)[0]),
+    ]
+    for x, op, patch in cases:
+        grads = []
+        for f in (op, patch):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = tf.reduce_sum(f(x))
+            grads.append(tape.gradient(y, x).numpy())
+        np.testing.assert_allclose(grads[1], grads[0], rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 300), segments=st.integers(1, 40), seed=st.integers(0, 2 ** 16))
+def test_the_doubling_sum_is_the_segment_sum_for_any_ids(n, segments, seed):
+    rng = np.random.default_rng(seed)
+    data = integers(rng, (n, 2))
+    ids = tf.constant(rng.integers(-2, segments, n).astype(np.int32))
+    (got,) = patched("UnsortedSegmentSum", "sorted", data, ids, tf.constant(segments))
+    assert bitwise(got, tf.math.unsorted_segment_sum(data, ids, segments).numpy())

@@ -1,0 +1,153 @@
+"""From suspect to fix: the patched step replaces exactly the named ops (inside loops and branches too), `opbisect
+verify` measures it beside the plain step and the switches, and `opbisect.deterministic` applies it in training.
+
+A planted culprit (an unseeded random op, given a test-only patch that returns a constant) varies in every run
+whatever the machine's load, so the rewrite and the exit codes are tested without a live race; the CPU scatter
+race of the shipped example is checked too: its patched step must be reproducible whether or not the race fires.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import tensorflow as tf
+
+import opbisect
+from opbisect.patches import PATCHES, Patch
+from opbisect.record.verification import GLOBAL, PATCHED, PLAIN
+from opbisect.settings import VerifySettings
+from opbisect.verify import run_verify
+
+from conftest import EXAMPLES, NOISE_STEP, cli, trace, write_script
+
+NOISE_IN_COND_IN_WHILE = """
+v = tf.Variable(tf.zeros([4]), name="v")
+
+
+@tf.function
+def step(x):
+    def body(i, s):
+        v.assign_add(x)
+        r = tf.cond(i > 1, lambda: v.read_value() * tf.random.uniform([4], name="noise"), lambda: v.read_value())
+        return i + 1, s + tf.reduce_sum(r)
+    _, total = tf.while_loop(lambda i, s: i < 4, body, (tf.constant(0), tf.constant(0.0)))
+    return total
+
+
+inputs = (tf.ones([4]),)
+"""
+
+
+@pytest.fixture
+def constant_random(monkeypatch):
+    """A test-only patch: RandomUniform gives 0.5 everywhere (the planted culprit, made deterministic)."""
+    def build(ctx, shape):
+        return [tf.fill(shape, tf.constant(0.5, ctx.attrs["dtype"]))]
+
+    monkeypatch.setitem(PATCHES, "RandomUniform", Patch("RandomUniform", build, "a constant (test only)"))
+
+
+def verify(script, tmp_path, **settings):
+    lines: list[str] = []
+    settings.setdefault("runs", 3)
+    code = run_verify(VerifySettings(script=script, out=tmp_path / "reports", **settings), echo=lines.append)
+    folder = tmp_path / "reports" / f"{script.stem}-verify"
+    record = json.loads((folder / "verification.json").read_text())
+    return code, pd.read_csv(folder / "variants.csv").set_index("variant"), record
+
+
+def test_a_planted_culprit_inside_a_cond_inside_a_while_is_replaced_there_and_verify_exits_0(
+        tmp_path, constant_random):
+    script = write_script(tmp_path, "model_step", NOISE_IN_COND_IN_WHILE)
+    code, variants, record = verify(script, tmp_path, patch="RandomUniform", switches=False)
+    assert code == 0
+    assert record["replaced"] == ["while/body::while/cond/then_branch::while/cond/noise/RandomUniform"]
+    assert variants.loc[PLAIN, "distinct"] == 3 and not variants.loc[PLAIN, "reproducible"]
+    assert variants.loc[PATCHED, "distinct"] == 1 and variants.loc[PATCHED, "reproducible"]
+    assert record["recommendation"] == PATCHED
+
+
+def test_the_patched_step_computes_what_its_patch_says_in_the_body(tmp_path, constant_random):
+    script = write_script(tmp_path, "model_step", NOISE_IN_COND_IN_WHILE)
+    from opbisect.targets.loader import importable, load_target
+
+    with importable(script):
+        target = load_target(script, "step", "inputs")
+        step = opbisect.deterministic(target.step, "RandomUniform")
+        total = float(step(*target.make_inputs()))
+    # v after iterations 0..3: 1, 2, 3, 4; iterations 2 and 3 take the noisy branch, now 0.5 * v
+    assert total == 4 * (1 + 2) + 4 * 0.5 * (3 + 4)
+
+
+def test_verify_exits_1_when_the_patch_misses_the_source_and_reports_the_global_switch(tmp_path):
+    script = write_script(tmp_path, "model_step", NOISE_STEP)
+    done = cli("verify", str(script), "--patch", "BiasAddGrad", "--runs", "3", "--out", str(tmp_path / "r"))
+    assert done.returncode == 1, done.stderr[-3000:]
+    variants = pd.read_csv(tmp_path / "r" / "model_step-verify" / "variants.csv").set_index("variant")
+    assert not variants.loc[PATCHED, "reproducible"]
+    assert GLOBAL in variants.index  # measured in its own process, whatever it found
+
+
+def test_verify_refuses_ops_the_step_does_not_have(tmp_path):
+    script = write_script(tmp_path, "model_step", NOISE_STEP)
+    done = cli("verify", str(script), "--patch", "no/such/op", "--out", str(tmp_path / "r"))
+    assert done.returncode == 128, done.stderr[-3000:]
+    assert not (tmp_path / "r" / "model_step-verify").exists()
+    done = cli("verify", str(script), "--out", str(tmp_path / "r"))
+    assert done.returncode == 128
+
+
+def test_the_cpu_scatter_race_example_is_reproducible_patched_from_its_reports_csv(tmp_path):
+    script = EXAMPLES / "embedding_sgd.py"
+    traced = trace(script, tmp_path / "reports", runs=3, replay=False)
+    code, variants, record = verify(script, tmp_path, patch=str(traced.csv_path), switches=False, runs=4)
+    fixable = [s for s in traced.sources if traced.row(s)["kind"] in ("op", "write")]
+    # the script was imported twice in this process: Keras renumbered the optimizer's scope (sgd -> sgd_1)
+    assert record["replaced"] == [record["renamed"].get(s, s) for s in fixable] and record["replaced"]
+    assert code == 0 and variants.loc[PATCHED, "distinct"] == 1
+    # the same numbers up to summation order: within the plain step's own float noise, and never far
+    assert variants.loc[PATCHED, "max_abs_diff"] < 1e-5
+
+
+KERAS_FIT = """
+import keras
+
+JIT = {jit}
+
+
+def make(steps_per_execution=1):
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((16,), dtype="int32"), keras.layers.Embedding(100, 8),
+                          keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(4)])
+    m.compile(optimizer=keras.optimizers.SGD(0.1),
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=JIT,
+              steps_per_execution=steps_per_execution)
+    return m
+
+
+rng = np.random.default_rng(0)
+x = rng.integers(0, 16, (1000, 16)).astype("int32")  # a partial last batch at 128
+y = rng.integers(0, 4, (1000,)).astype("int32")
+"""
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_deterministic_on_a_keras_model_patches_fit_in_every_form(tmp_path, jit):
+    import importlib.util
+
+    script = write_script(tmp_path, f"keras_fit_{jit}", KERAS_FIT.replace("{jit}", str(jit)))
+    spec = importlib.util.spec_from_file_location(script.stem, script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    plain = mod.make()
+    plain.fit(mod.x, mod.y, batch_size=128, shuffle=False, verbose=0)
+    fixed = mod.make(steps_per_execution=2)
+    assert opbisect.deterministic(fixed, ["ResourceScatterSub", "SparseSoftmaxCrossEntropyWithLogits"]) is fixed
+    fixed.fit(mod.x, mod.y, batch_size=128, shuffle=False, verbose=0)
+    assert sorted(tf_type.split("/")[-1] for tf_type in fixed.opbisect_patched.replaced) == [
+        "ResourceScatterSub", "SparseSoftmaxCrossEntropyWithLogits"]
+    for a, b in zip(plain.get_weights(), fixed.get_weights()):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
