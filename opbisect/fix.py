@@ -11,6 +11,7 @@ For a Keras model the train step is replaced on the model itself, so `fit`, `tra
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 
@@ -45,6 +46,10 @@ class _Patched:
             step = PatchedStep(trace, choose(trace.graph, self.patch))
             self.steps[key] = step
             self.replaced, self.skipped = step.replaced, step.skipped
+            if step.skipped:
+                op, why = next(iter(step.skipped.items()))
+                warnings.warn(f"opbisect.deterministic left {len(step.skipped)} op(s) as they are, e.g. {op}: {why} "
+                              f"(a family switch must be set before TensorFlow starts)", stacklevel=3)
         return self.steps[key]
 
     def __call__(self, *args):

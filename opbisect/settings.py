@@ -111,7 +111,7 @@ class TraceSettings(Settings):
             raise UsageError(f"--max-runs must be more than --runs ({self.runs}), or 0 (got {self.max_runs})")
 
 
-VARIANTS = ("", "global", "family")
+VARIANTS = ("", "global", "family", "patched")
 
 
 @dataclasses.dataclass

@@ -130,9 +130,10 @@ def experiment(settings: VerifySettings) -> Verification:
         variants = [_variant(PLAIN, "the step as written", plain, plain),
                     _variant(PATCHED, f"{len(patched.replaced)} op(s) replaced by opbisect's patches", fixed, plain)]
         if settings.switches:
-            switches = sorted({PATCHES[t].switch for t in {step.trace.graph.op_type(op) for op in choice.ops}
-                               if t in PATCHES and PATCHES[t].switch})
-            variants += _children(settings, step, plain, switches)
+            types = {step.trace.graph.op_type(op) for op in choice.ops}
+            switches = sorted({PATCHES[t].switch for t in types if t in PATCHES and PATCHES[t].switch})
+            needed = sorted({PATCHES[t].switch for t in types if t in PATCHES and PATCHES[t].build is None})
+            variants += _children(settings, step, plain, switches, needed)
     return Verification(script=str(settings.script), script_path=str(settings.script.resolve()), device=device,
                         patch=settings.patch, runs=settings.runs, replaced=patched.replaced, skipped=patched.skipped,
                         renamed=choice.renamed,
@@ -140,8 +141,9 @@ def experiment(settings: VerifySettings) -> Verification:
                         recommendation=decide(variants))
 
 
-def _children(settings: VerifySettings, step: _Step, plain, switches: list[str]) -> list[Variant]:
-    """The global switch and each family switch, each in a fresh process from the parent's starting state."""
+def _children(settings: VerifySettings, step: _Step, plain, switches: list[str], needed: list[str]) -> list[Variant]:
+    """The global switch and each family switch, each in a fresh process from the parent's starting state; and the
+    patched step under each family switch that some chosen op has instead of a rewrite (`needed`)."""
     with tempfile.TemporaryDirectory(prefix="opbisect-verify-") as tmp:
         exchange = Path(tmp)
         keys = sorted(step.snapshot.keys)
@@ -152,6 +154,10 @@ def _children(settings: VerifySettings, step: _Step, plain, switches: list[str])
             out.append(_child_variant(settings, exchange, "family", f"{switch}=1",
                                       f"the environment variable {switch}=1, in a fresh process", {switch: "1"},
                                       step, plain))
+        for switch in needed:
+            out.append(_child_variant(settings, exchange, "patched", f"{PATCHED} + {switch}=1",
+                                      f"the patched step under {switch}=1 (the ops with no rewrite), in a fresh "
+                                      f"process", {switch: "1"}, step, plain))
     return out
 
 
@@ -183,7 +189,13 @@ def _child(settings: VerifySettings) -> int:
     starting = {k: arrays[f"arr_{i}"] for i, k in enumerate(start["keys"])}
     with importable(settings.script):
         step = _load(settings, starting)
-        measured = _measure(step, step.trace.concrete, settings.runs)
+        call = step.trace.concrete
+        if settings.variant == "patched":
+            from .patches.selection import choose
+            from .patches.step import PatchedStep
+
+            call = PatchedStep(step.trace, choose(step.trace.graph, settings.patch))
+        measured = _measure(step, call, settings.runs)
     comparable = sorted(step.snapshot.keys) == start["keys"] and step.inputs == start["inputs"]
     names = list(measured.first)
     np.savez(exchange / f"{settings.variant}.npz", *[measured.first[n] for n in names])

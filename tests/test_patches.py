@@ -218,3 +218,13 @@ def test_the_doubling_sum_is_the_segment_sum_for_any_ids(n, segments, seed):
     ids = tf.constant(rng.integers(-2, segments, n).astype(np.int32))
     (got,) = patched("UnsortedSegmentSum", "sorted", data, ids, tf.constant(segments))
     assert bitwise(got, tf.math.unsorted_segment_sum(data, ids, segments).numpy())
+
+
+def test_rows_unknown_while_tracing_take_the_loop_form(rng):
+    data = tf.constant(rng.normal(size=(777, 3)).astype(np.float32))
+    ids = tf.constant(rng.integers(0, 5, 777).astype(np.int32))
+    ctx = PatchContext(op_type="UnsortedSegmentSum", attrs={}, xla=False)
+    fn = tf.function(lambda d, i: PATCHES["UnsortedSegmentSum"].build(ctx, d, i, tf.constant(5))[0],
+                     input_signature=[tf.TensorSpec([None, 3]), tf.TensorSpec([None], tf.int32)])
+    assert {"While", "StatelessWhile"} & {op.type for op in fn.get_concrete_function().graph.get_operations()}
+    np.testing.assert_allclose(fn(data, ids).numpy(), tf.math.unsorted_segment_sum(data, ids, 5).numpy(), rtol=RTOL)

@@ -115,12 +115,15 @@ _ROLES: dict[str, tuple[str, ...]] = {
 
 
 def _build() -> dict[str, OpType]:
+    from ..patches.registry import PATCHES
+
     roles: dict[str, set] = {}
     for role, names in _ROLES.items():
         for name in names:
             roles.setdefault(name, set()).add(role)
-    return {name: OpType(name, frozenset(roles.get(name, ())), _REMEDIES.get(name, ""))
-            for name in sorted(set(roles) | set(_REMEDIES))}
+    return {name: OpType(name, frozenset(roles.get(name, ())), _REMEDIES.get(name, ""),
+                         name if name in PATCHES and PATCHES[name].build else "")
+            for name in sorted(set(roles) | set(_REMEDIES) | set(PATCHES))}
 
 
 TABLE: dict[str, OpType] = _build()
@@ -182,6 +185,13 @@ def loops(op_type: str) -> bool:
     return _BODIES.get(op_type, ((), False))[1]
 
 
+PATCH_REMEDY = ("or replace only this op: `opbisect verify <script> --patch <report>/sources.csv` measures the "
+                "patch against the switch, `opbisect.deterministic(step_or_model, <the CSV>)` applies it")
+
+
 def remedy(op_type: str, kind: str) -> str:
     """What to do about a source of this type and kind."""
-    return KIND_REMEDIES.get(kind) or info(op_type).remedy
+    if kind in KIND_REMEDIES:
+        return KIND_REMEDIES[kind]
+    t = info(op_type)
+    return f"{t.remedy}; {PATCH_REMEDY}" if t.patch and t.remedy else t.remedy or (PATCH_REMEDY if t.patch else "")

@@ -41,18 +41,28 @@ def _rank(x):
 
 
 def segmented_scan(rows, keys):
-    """The inclusive running sum of `rows` within each run of equal `keys` (sorted), in a fixed tree order."""
+    """The inclusive running sum of `rows` within each run of equal `keys` (sorted), in a fixed tree order.
+
+    With the row count known while tracing, the log2(n) doubling passes are unrolled (no loop to run on the
+    host between kernels); otherwise they run in a tf.while_loop."""
     import tensorflow as tf
 
     n = tf.shape(keys)[0]
     at = tf.range(n)
 
-    def body(offset, x):
+    def step(offset, x):
         back = tf.maximum(at - offset, 0)
         same = (at >= offset) & tf.equal(tf.gather(keys, back), keys)
-        return offset * 2, tf.where(_column(same, x), x + tf.gather(x, back), x)
+        return tf.where(_column(same, x), x + tf.gather(x, back), x)
 
-    _, sums = tf.while_loop(lambda offset, _: offset < n, body, [tf.constant(1), rows])
+    static = keys.shape[0]
+    if static is not None:
+        offset = 1
+        while offset < static:
+            rows, offset = step(offset, rows), offset * 2
+        return rows
+    _, sums = tf.while_loop(lambda offset, _: offset < n, lambda offset, x: (offset * 2, step(offset, x)),
+                            [tf.constant(1), rows])
     return sums
 
 

@@ -53,11 +53,21 @@ class Verification:
     def variant(self, name: str) -> Variant | None:
         return next((v for v in self.variants if v.name == name), None)
 
+    def patched(self) -> list[Variant]:
+        """The patched step's variants: alone, and under the family switches its rewrite-less ops need."""
+        return [v for v in self.variants if v.name == PATCHED or v.name.startswith(PATCHED + " + ")]
+
+    @property
+    def fixed_by(self) -> str:
+        """The cheapest patched variant that was bitwise reproducible ("" when none was)."""
+        good = [v for v in self.patched() if v.reproducible]
+        return decide(good)
+
     @property
     def exit_code(self) -> int:
-        """0 only when the patched step is bitwise reproducible (git bisect: good), else 1."""
-        patched = self.variant(PATCHED)
-        return EXIT_CLEAN if patched is not None and patched.reproducible else EXIT_FOUND
+        """0 only when the patched step (under the family switches its unpatchable ops need) is bitwise
+        reproducible (git bisect: good), else 1."""
+        return EXIT_CLEAN if self.fixed_by else EXIT_FOUND
 
 
 def decide(variants: list[Variant]) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..record import store
-from ..record.verification import PATCHED, PLAIN, Verification
+from ..record.verification import PLAIN, Verification
 
 RECORD = "verification.json"
 CSV = "variants.csv"
@@ -53,7 +53,6 @@ def lines(v: Verification, written: Path | None = None) -> list[str]:
     out += [_row(x) for x in v.variants]
     if v.plain_spread:
         out.append(f"the plain step's own run-to-run spread: max |diff| {v.plain_spread:.3g}")
-    patched = v.variant(PATCHED)
     if v.recommendation == PLAIN:
         out.append("recommendation: plain: the step gave one result in every run; nothing to fix in these runs")
     elif v.recommendation:
@@ -62,8 +61,10 @@ def lines(v: Verification, written: Path | None = None) -> list[str]:
                    f"reproducible variant")
     else:
         out.append("recommendation: none: no variant was bitwise reproducible")
-    verdict = "is" if patched and patched.reproducible else "is NOT"
-    out.append(f"the patched step {verdict} bitwise reproducible (exit {v.exit_code})")
+    if v.fixed_by:
+        out.append(f"the patched step is bitwise reproducible ({v.fixed_by}; exit {v.exit_code})")
+    else:
+        out.append(f"the patched step is NOT bitwise reproducible (exit {v.exit_code})")
     if written is not None:
         out.append(f"report: {written}")
     return out
@@ -72,7 +73,7 @@ def lines(v: Verification, written: Path | None = None) -> list[str]:
 def write(v: Verification, folder: store.ReportFolder) -> Path:
     record = json.dumps(dataclasses.asdict(v))
     summary = json.dumps({"script_path": v.script_path, "recommendation": v.recommendation,
-                          "exit_code": v.exit_code})
+                          "fixed_by": v.fixed_by, "exit_code": v.exit_code})
     views = [(RECORD, record), (store.SUMMARY_JSON, summary), (CSV, frame(v).to_csv(index=False)),
              (TEXT, "\n".join(lines(v)) + "\n")]
     for name, content in views:
