@@ -27,6 +27,23 @@ def option(default, help: str, flag: str | None = None, choices: tuple | None = 
         "positional": positional})
 
 
+def _device():
+    return option("auto", "auto: the GPU when TensorFlow sees one", choices=DEVICES)
+
+
+def _fingerprint():
+    return option("auto", "auto: farmhash on CPU, the fused op on GPU, the weighted sum under XLA",
+                  choices=FINGERPRINTS)
+
+
+def _step_name():
+    return option("step", "name of the step in the script", flag="--step")
+
+
+def _inputs_name():
+    return option("inputs", "name of the step's arguments", flag="--inputs")
+
+
 class Settings:
     """The command line of a settings dataclass, generated from its fields."""
 
@@ -80,14 +97,13 @@ class TraceSettings(Settings):
                           positional=True)
     runs: int = option(5, "runs of each pass (default 5, at least 2)", minimum=2)
     out: Path = option(Path("reports"), "folder that receives the report folder <script>/ (default reports/)")
-    step_name: str = option("step", "name of the step in the script", flag="--step")
-    inputs_name: str = option("inputs", "name of the step's arguments", flag="--inputs")
-    device: str = option("auto", "auto: the GPU when TensorFlow sees one", choices=DEVICES)
+    step_name: str = _step_name()
+    inputs_name: str = _inputs_name()
+    device: str = _device()
     pin_grappler: bool = option(True, "analyse under your grappler config instead of pinning constant folding "
                                       "and arithmetic optimization off for the plain and the instrumented step",
                                 flag="--no-pin-grappler")
-    fingerprint: str = option("auto", "auto: farmhash on CPU, the fused op on GPU, the weighted sum under XLA",
-                              choices=FINGERPRINTS)
+    fingerprint: str = _fingerprint()
     steps: int = option(1, "consecutive steps per run: find the first step whose result differs, then the "
                            "sources of each step from the identical state before it", minimum=1)
     processes: int = option(1, "repeat the experiment in this many fresh Python processes and compare them op by "
@@ -121,9 +137,10 @@ class VerifySettings(Settings):
                             "names, comma-separated")
     runs: int = option(5, "runs of each variant from one state (default 5, at least 2)", minimum=2)
     out: Path = option(Path("reports"), "folder that receives <script>-verify/ (default reports/)")
-    step_name: str = option("step", "name of the step in the script", flag="--step")
-    inputs_name: str = option("inputs", "name of the step's arguments", flag="--inputs")
-    device: str = option("auto", "auto: the GPU when TensorFlow sees one", choices=DEVICES)
+    step_name: str = _step_name()
+    inputs_name: str = _inputs_name()
+    device: str = _device()
+    fingerprint: str = _fingerprint()
     switches: bool = option(True, "do not run the global switch and the family switches (child processes)",
                             flag="--no-switches")
     variant: str = option("", "child: which switch this process runs under", choices=VARIANTS, hidden=True)

@@ -96,3 +96,5 @@ def resize_bilinear_grad(ctx, grads, original_image):
 switch_only(("Conv2DBackpropFilter", "Conv2DBackpropInput", "Conv3DBackpropFilterV2", "Conv3DBackpropInputV2",
              "MaxPoolGrad", "MaxPoolGradV2"), CUDNN_SWITCH,
             "cuDNN's deterministic algorithms, chosen without autotuning (no rewrite: the algorithm is cuDNN's)")
+switch_only(("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3", "CudnnRNNBackprop", "CudnnRNNBackpropV2", "CudnnRNNBackpropV3"),
+            CUDNN_SWITCH, "cuDNN's RNN kernels under cuDNN's determinism setting (no rewrite; verify measures it)")
