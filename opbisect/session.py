@@ -130,7 +130,8 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     lap("load the script")
     trace = trace_step(target, target.make_inputs())
     lap("trace")
-    findings = trace.graph.check() + preflight.checks(trace, target)
+    target, trace, patched, notes = _patched(settings, target, trace)
+    findings = notes + trace.graph.check() + preflight.checks(trace, target)
     lap("check the graph")
     fp, fp_note = fingerprint.for_device(kind, jit=bool(trace.jit_compile), choice=settings.fingerprint)
     if fp_note:
@@ -175,7 +176,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
             runs = settings.max_runs  # look harder: every pass again, from the same state, with more runs
     meta = Meta(script=str(settings.script), script_path=str(settings.script.resolve()), form=target.form,
                 runs=runs, steps=steps, metric_variables=metric_variables(target, trace),
-                looked_harder=unsettled if runs > settings.runs else "", timings=lap.laps,
+                looked_harder=unsettled if runs > settings.runs else "", timings=lap.laps, patched=patched,
                 fingerprinter=fp.name, fingerprint=fp.key, jit_compile=bool(trace.jit_compile),
                 ops=len(trace.graph), variables=len(trace.variables), restored_variables=len(restored),
                 initial_state=initial_state, seconds=round(time.time() - started, 2), **environment(tf, kind))
@@ -193,6 +194,32 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     inputs = {op: got for _, _, step_inputs in analysed for op, got in step_inputs.items()}
     record.sources, files = reproducers(record, inputs, settings.replay_runs, kind)
     return record, files
+
+
+def _patched(settings: TraceSettings, target, trace) -> tuple:
+    """`--patch`: the target and trace of the step with those ops replaced (their sites kept from the first
+    trace), the ops replaced, and notes; else all as they were."""
+    if not settings.patch:
+        return target, trace, [], []
+    from .patches.selection import choose
+    from .patches.step import PatchedStep
+    from .trace.trace import trace_step
+
+    step = PatchedStep(trace, choose(trace.graph, settings.patch))
+    first = trace.graph
+    patched_target = dataclasses.replace(target, step=step.as_function(), fit=None)
+    trace = trace_step(patched_target, target.make_inputs())
+    for op in trace.graph.g:
+        if op in first.g:
+            for key in ("site", "library_site"):
+                trace.graph.attrs(op)[key] = first.attrs(op).get(key, "")
+    notes = [Finding("note", f"traced with {len(step.replaced)} op(s) patched ({', '.join(step.replaced)}): the "
+                             f"sources below are what the patched step still does")]
+    notes += [Finding("warning", f"--patch left {op} as it is: {why}") for op, why in step.skipped.items()]
+    if target.fit is not None:
+        notes.append(Finding("note", "with --patch, model.fit itself is not run: the patched train step is "
+                                     "analysed alone"))
+    return patched_target, trace, step.replaced, notes
 
 
 class Laps:

@@ -113,6 +113,8 @@ class TraceSettings(Settings):
                                 "hid or created the difference, grappler is involved) too few runs to support, run "
                                 "every pass again with this many runs (default 0: never)", minimum=0)
     magnitude_runs: int = option(0, "runs of the magnitude pass (default 0: as many as --runs)", minimum=0)
+    patch: str = option("", "trace the step with these ops already patched (a report's sources.csv, op types or op "
+                            "names, comma-separated): find the sources the patched ones hid")
     replay: bool = option(True, "do not replay each source alone on its recorded inputs (nor write reproducers)",
                           flag="--no-replay")
     replay_runs: int = option(20, "runs of each source alone on its recorded inputs", minimum=2)

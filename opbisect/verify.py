@@ -68,6 +68,8 @@ def _load(settings: VerifySettings, starting: dict | None = None) -> _Step:
     from .trace.trace import trace_step
 
     tf, kind = setup_tensorflow(settings.device)
+    for gpu in tf.config.list_physical_devices("GPU"):  # the children share the GPU: take memory as needed
+        tf.config.experimental.set_memory_growth(gpu, True)
     if settings.variant == "global":
         tf.config.experimental.enable_op_determinism()
     target = load_target(settings.script, settings.step_name, settings.inputs_name)

@@ -82,6 +82,44 @@ def test_the_patched_step_computes_what_its_patch_says_in_the_body(tmp_path, con
     assert total == 4 * (1 + 2) + 4 * 0.5 * (3 + 4)
 
 
+HIDDEN_BEHIND = """
+w = tf.Variable(tf.ones([4]), name="w")
+
+
+def jitter(x):  # varies in every run
+    return (x + np.random.random(x.shape)).astype(np.float32)
+
+
+@tf.function
+def step(x):
+    noisy = tf.numpy_function(jitter, [x], tf.float32, name="first")
+    # a source too, but hidden while its input already varies
+    w.assign_add(tf.numpy_function(jitter, [noisy], tf.float32, name="second"))
+    return tf.reduce_sum(w)
+
+
+inputs = (tf.ones([4]),)
+"""
+
+
+def test_trace_with_patch_finds_the_source_the_patched_one_hid(tmp_path, monkeypatch):
+    def build(ctx, x):  # a test-only patch: the numpy_function gives its input back
+        return [tf.identity(x)]
+
+    monkeypatch.setitem(PATCHES, "PyFunc", Patch("PyFunc", build, "identity (test only)"))
+    script = write_script(tmp_path, "model_step", HIDDEN_BEHIND)
+    first = trace(script, tmp_path / "first", runs=3, replay=False)
+    assert first.sources == ["first"]
+    second = trace(script, tmp_path / "second", runs=3, replay=False, patch=str(first.csv_path))
+    assert second.code == 1 and second.sources == ["second"]
+    assert second.record.meta.patched == ["first"]
+    assert second.row("second")["source_location"].startswith("model_step.py:")  # sites kept from the step
+    code, variants, record = verify(script, tmp_path, patch=str(first.csv_path), switches=False)
+    assert code == 1 and record["replaced"] == ["first"]
+    code, variants, record = verify(script, tmp_path, patch=f"{first.csv_path},{second.csv_path}", switches=False)
+    assert code == 0 and record["replaced"] == ["first", "second"]
+
+
 def test_verify_exits_1_when_the_patch_misses_the_source_and_reports_the_global_switch(tmp_path):
     script = write_script(tmp_path, "model_step", NOISE_STEP)
     done = cli("verify", str(script), "--patch", "BiasAddGrad", "--runs", "3", "--out", str(tmp_path / "r"))

@@ -307,9 +307,10 @@ def _without_fed_placeholders(gd, placeholders: list[str]):
     return out, read
 
 
-def step_importer(trace: Trace, graph_def, register: Callable, wanted: list[str]) -> Callable:
+def step_importer(trace: Trace, graph_def, register: Callable, wanted: list[str], scope: str = SCOPE) -> Callable:
     """A function of the step's flat arguments importing `graph_def` (the step's GraphDef, changed) and returning
     the tensors `wanted` (specs in it); `register(graph)` puts the functions it calls in the importing graph.
+    `scope` prefixes the imported names ("": the step's own names, for a step traced again).
 
     The captured values (variable handles above all) are captured again by closure, not passed as arguments:
     a concrete function's call costs about 24 us more per tensor argument (300 handles: 8.3 ms against 1.2 ms
@@ -320,13 +321,16 @@ def step_importer(trace: Trace, graph_def, register: Callable, wanted: list[str]
     gd, read = _without_fed_placeholders(graph_def, placeholders)
     imported = [w for w in wanted if parse_input(w)[0] not in set(placeholders)]
     captured = list(trace.concrete.captured_inputs)
+    variables = list(trace.variables.values())
 
     def body(*feeds):
         graph = tf.compat.v1.get_default_graph()  # the FuncGraph being traced
         register(graph)
+        for v in variables:  # the function uses these variables (as the step did): its graph lists them
+            graph.watch_variable(v)
         fed = {f"{name}:0": t for name, t in zip(placeholders, list(feeds) + [graph.capture(c) for c in captured])}
         got = tf.graph_util.import_graph_def(gd, input_map={f"{n}:0": fed[f"{n}:0"] for n in read},
-                                             return_elements=imported, name=SCOPE)
+                                             return_elements=imported, name=scope)
         by_spec = dict(zip(imported, got))
         return [by_spec[w] if w in by_spec else fed[w] for w in wanted]  # a placeholder: what feeds it
 

@@ -27,6 +27,18 @@ class Rewrite:
         for f in self.functions:
             f.add_to_graph(graph)
 
+    def without_own_functions(self):
+        """The GraphDef without the functions `register` adds: imported from the library, they would shadow the
+        traced ones, whose graphs a later trace inlines."""
+        from tensorflow.core.framework import graph_pb2
+
+        own = {f.function_def.signature.name for f in self.functions}
+        gd = graph_pb2.GraphDef()
+        gd.CopyFrom(self.graph_def)
+        del gd.library.function[:]
+        gd.library.function.extend(f for f in self.graph_def.library.function if f.signature.name not in own)
+        return gd
+
 
 def _attrs(node) -> dict:
     from ..replay.call import NotReplayable, attr_value

@@ -1,6 +1,6 @@
 """Which ops to replace: the sources of a report's CSV, op types, or op names (`--patch`, `deterministic()`).
 
-A spec is a path to a report's `sources.csv` (or its report folder), or a comma-separated list whose items are op
+A spec is a comma-separated list whose items are paths to a report's `sources.csv` (or its report folder), op
 types (every op of the type is replaced) or op ids as the CSV spells them (`region::name` inside a body).
 A CSV source that is not an op's own variation (an unseeded random op, an input, state not restored, the order
 of a sum across processes) has no patch: it is listed with its kind, for the report to say what to do instead.
@@ -63,17 +63,25 @@ def _read_csv(path: Path) -> tuple[list[str], dict[str, str]]:
 
 
 def choose(graph, spec: str) -> Choice:
-    """The ops of `graph` (an OpGraph) that `spec` names."""
-    path = _csv_path(spec)
-    if path is not None:
-        names, others = _read_csv(path)
-        types: list[str] = []
-    else:
-        items = [s.strip() for s in spec.split(",") if s.strip()]
-        if not items:
-            raise UsageError("--patch names nothing")
-        types = [s for s in items if s not in graph.g and s in PATCHES]
-        names, others = [s for s in items if s not in types], {}
+    """The ops of `graph` (an OpGraph) that `spec` names: comma-separated CSVs (or report folders), op types and
+    op ids, in any mix (a second report, made with `trace --patch`, adds to the first)."""
+    items = [s.strip() for s in spec.split(",") if s.strip()]
+    if not items:
+        raise UsageError("--patch names nothing")
+    names: list[str] = []
+    types: list[str] = []
+    others: dict[str, str] = {}
+    for item in items:
+        path = _csv_path(item)
+        if path is not None:
+            ops, kinds = _read_csv(path)
+            names += ops
+            others.update(kinds)
+        elif item not in graph.g and item in PATCHES:
+            types.append(item)
+        else:
+            names.append(item)
+    names = list(dict.fromkeys(names))
     renamed = _renumbered(graph, [n for n in names if n not in graph.g])
     ops = [renamed.get(n, n) for n in names if n in graph.g or n in renamed]
     ops += [op for op in graph.g if graph.op_type(op) in types and op not in ops]

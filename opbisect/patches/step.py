@@ -42,3 +42,19 @@ class PatchedStep:
 
     def __call__(self, *args):
         return tfcompat.pack_outputs(self.trace.concrete, self.flat(*args))
+
+    def as_function(self):
+        """A tf.function of the step's own arguments whose graph is the patched step under the step's own op
+        names (a patch's ops are inside a call named as the op it replaces): what `opbisect trace --patch`
+        traces, to find the sources the patched ones hid."""
+        import tensorflow as tf
+
+        from ..capture.taps import step_importer
+
+        body = step_importer(self.trace, self.rewrite.without_own_functions(), self.rewrite.register,
+                             list(self.trace.output_names), scope="")
+
+        def step(*args):
+            return tfcompat.pack_outputs(self.trace.concrete, body(*self.trace.flat_args(args)))
+
+        return tf.function(step, autograph=False, jit_compile=self.trace.jit_compile)

@@ -256,6 +256,7 @@ class Meta:
     processes: int = 1
     looked_harder: str = ""  # why the passes ran again with --max-runs runs (what the first --runs left open)
     timings: dict[str, float] = dataclasses.field(default_factory=dict)  # seconds per stage, in order
+    patched: list[str] = dataclasses.field(default_factory=list)  # `trace --patch`: the ops traced already replaced
 
 
 @dataclasses.dataclass

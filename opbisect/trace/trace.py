@@ -80,6 +80,8 @@ def _site(origin: Origin | None) -> tuple[str, str]:
         frames = origin.graph.get_operation_by_name(origin.name).traceback
     except (KeyError, ValueError, AttributeError):
         return "", ""
+    if frames is None:  # an op imported from a GraphDef (a patched step traced again) has no creation frames
+        return "", ""
     return pick_sites(frames, entry=sys.argv[0] if sys.argv else "")
 
 
