@@ -5,6 +5,8 @@
 #                                             # then re-run every reproducer they wrote, each in a fresh process
 #   bash reports/h200/run_verify.sh verify1   # opbisect verify on the examples with GPU sources, from their CSVs
 #   bash reports/h200/run_verify.sh verify2
+#   bash reports/h200/run_verify.sh again     # LM head: trace --patch with its first CSV, verify with both CSVs;
+#                                             # the large tables again (their global switch ran out of memory)
 # Results stay in $RESULTS (default /root/h200, kept while the machine is warm) and each phase packs them (without
 # the reproducers' .npz inputs) into $OUT/h200-<phase>.tgz, after every step (a cut call still returns it). A committed report's CSV (reports/h200/<name>/) is
 # used where there is one, else the CSV the `new` phase wrote.
@@ -29,6 +31,20 @@ if [ "$PHASE" = new ]; then
   for f in "$R"/*/repro/*.py; do
     start=$(date +%s); timeout 60 python3 "$f" > /tmp/repro.out 2>&1; code=$?
     echo "${f#$R/} exit=$code seconds=$(( $(date +%s) - start )): $(tail -1 /tmp/repro.out)" | tee -a "$R/reproducers_new.txt"
+  done
+elif [ "$PHASE" = again ]; then
+  FP=wsum  # a fresh machine: no time to build the fused kernel; the weighted sum is what XLA steps use
+  start=$(date +%s)
+  timeout 200 python3 -m opbisect trace examples/lm_head_xent.py --patch reports/h200/lm_head_xent/sources.csv \
+    --runs 5 --out "$R/patched" --no-progress --fingerprint $FP > "$R/lm_head_xent-patched.txt" 2>&1
+  echo "lm_head_xent trace --patch exit=$? seconds=$(( $(date +%s) - start ))" | tee -a "$R/exits_again.txt"; pack
+  for ex in lm_head_xent scatter_add_table embedding_table_sgd embedding_table_adagrad; do
+    csv=$(csv_of $ex); [ $ex = lm_head_xent ] && csv="$csv,$R/patched/lm_head_xent/sources.csv"
+    start=$(date +%s)
+    timeout 200 python3 -m opbisect verify "examples/$ex.py" --patch "$csv" --runs 10 --out "$R" \
+      --fingerprint $FP > "$R/$ex-verify.txt" 2>&1
+    echo "$ex verify exit=$? seconds=$(( $(date +%s) - start ))" | tee -a "$R/exits_again.txt"
+    tail -4 "$R/$ex-verify.txt" | head -2; pack
   done
 else
   case $PHASE in
