@@ -189,3 +189,66 @@ def test_deterministic_on_a_keras_model_patches_fit_in_every_form(tmp_path, jit)
         "ResourceScatterSub", "SparseSoftmaxCrossEntropyWithLogits"]
     for a, b in zip(plain.get_weights(), fixed.get_weights()):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+
+
+def test_sources_that_are_not_an_ops_own_variation_are_listed_not_patched(tmp_path):
+    script = write_script(tmp_path, "model_step", NOISE_STEP)
+    first = trace(script, tmp_path / "first", runs=3, replay=False)
+    assert list(first.csv["kind"]) == ["random"]
+    code, variants, record = verify(script, tmp_path, patch=str(first.csv_path), switches=False)
+    assert code == 1 and record["replaced"] == []
+    assert record["not_ops"] == {"noise/RandomUniform": "random"}
+
+
+def test_the_exit_code_and_the_recommendation_are_decided_from_the_variants():
+    from opbisect.record.verification import Variant, Verification, decide
+
+    def v(name, distinct, ms, error=""):
+        return Variant(name=name, how="", runs=5, distinct=distinct, step_ms=ms, error=error)
+
+    variants = [v(PLAIN, 5, 1.0), v(PATCHED, 3, 0.9), v(GLOBAL, 1, 9.0), v("TF_CUDNN_DETERMINISTIC=1", 4, 1.1),
+                v(f"{PATCHED} + TF_CUDNN_DETERMINISTIC=1", 1, 1.2)]
+    made = Verification(script="s.py", script_path="/s.py", device="GPU", patch="x.csv", runs=5, replaced=[],
+                        skipped={}, renamed={}, not_ops={}, plain_spread=0.0, variants=variants,
+                        recommendation=decide(variants))
+    assert made.recommendation == f"{PATCHED} + TF_CUDNN_DETERMINISTIC=1" and made.exit_code == 0
+    variants[-1] = v(f"{PATCHED} + TF_CUDNN_DETERMINISTIC=1", 2, 1.2)
+    variants[2] = v(GLOBAL, 0, None, error="UnimplementedError: no deterministic kernel")
+    assert decide(variants) == "" and not Verification(**{**made.__dict__, "variants": variants}).fixed_by
+
+
+XLA_LOOP = """
+table = tf.Variable(tf.zeros([8, 4]), name="table")
+
+
+@tf.function(jit_compile=True)
+def step(ids, rows):
+    def body(i, total):
+        table.scatter_add(tf.IndexedSlices(rows * tf.cast(i + 1, tf.float32), ids))
+        return i + 1, total + tf.math.unsorted_segment_sum(rows, ids, 8)
+    _, total = tf.while_loop(lambda i, t: i < 3, body, (tf.constant(0), tf.zeros([8, 4])))
+    return total
+
+
+inputs = (tf.constant(np.arange(600) % 5, tf.int32), tf.constant(np.random.default_rng(0).normal(size=(600, 4)),
+                                                                  tf.float32))
+"""
+
+
+def test_deterministic_patches_an_xla_loop_body_and_keeps_its_numbers(tmp_path):
+    from opbisect.targets.loader import importable, load_target
+
+    script = write_script(tmp_path, "model_step", XLA_LOOP)
+    with importable(script):
+        target = load_target(script, "step", "inputs")
+        args = target.make_inputs()
+        table = target.module.table
+        plain_total = target.step(*args).numpy()
+        plain_table = table.numpy()
+        table.assign(tf.zeros([8, 4]))
+        step = opbisect.deterministic(target.step, "ResourceScatterAdd,UnsortedSegmentSum")
+        total = step(*args).numpy()
+        assert sorted(step.replaced) == ["while/body::while/ResourceScatterAdd",
+                                         "while/body::while/UnsortedSegmentSum"]
+        np.testing.assert_allclose(total, plain_total, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(table.numpy(), plain_table, rtol=1e-5, atol=1e-5)
