@@ -22,8 +22,12 @@ def flat_call_args(concrete, args: tuple) -> list:
 
 
 def internal_captures(func_graph) -> list:
-    """The placeholders inside a FuncGraph that its captured values feed, in capture order."""
-    return list(func_graph.internal_captures)
+    """The placeholders inside a FuncGraph that its captured values feed, in the order of the concrete function's
+    `captured_inputs`: captured by value, then those fed at call time (MirroredStrategy captures some that way)."""
+    import tensorflow as tf
+
+    deferred = tf.nest.flatten(list(func_graph.deferred_internal_captures), expand_composites=True)
+    return list(func_graph.internal_captures) + deferred
 
 
 def function_graph(graph, name: str):
@@ -93,3 +97,21 @@ def pack_outputs(concrete, flat: list):
 def keras_jit_compile(model) -> bool:
     """Whether Keras compiles a model's train step with XLA (its `jit_compile`, "auto" resolved)."""
     return bool(getattr(model, "jit_compile", False))
+
+
+def reduce_per_replica(values, strategy):
+    """What Keras' train function returns from a replicated train step: the per-replica values reduced as fit
+    reduces them (its "auto" reduction)."""
+    from keras.src.backend.tensorflow.trainer import reduce_per_replica as keras_reduce
+
+    return keras_reduce(values, strategy, reduction="auto")
+
+
+def model_strategy(model):
+    """The tf.distribute strategy a Keras model was created under, or None for the default (no strategy)."""
+    import tensorflow as tf
+
+    strategy = getattr(model, "distribute_strategy", None)
+    if strategy is None or strategy is tf.distribute.get_strategy():
+        return None
+    return strategy

@@ -157,10 +157,27 @@ def test_every_option_reaches_a_child_process_unchanged():
 
     changed = TraceSettings(script=Path("a b/step.py"), runs=7, out=Path("o"), step_name="s", inputs_name="i",
                             device="cpu", pin_grappler=False, fingerprint="wsum", steps=3, processes=2,
-                            magnitude_runs=4, replay=False, replay_runs=9, html=True, progress=False, max_runs=12)
+                            magnitude_runs=4, replay=False, replay_runs=9, html=True, progress=False, max_runs=12,
+                            patch="r/s.csv,AddN")
     defaults = {f.name: f.default for f in dataclasses.fields(TraceSettings)}
     assert all(getattr(changed, k) != v for k, v in defaults.items() if k != "script")  # every option is set
     again = TraceSettings.from_namespace(_parser().parse_args(["trace", *changed.to_argv()]))
+    assert again == changed
+
+
+def test_every_verify_option_reaches_its_child_processes_unchanged():
+    import dataclasses
+    from pathlib import Path
+
+    from opbisect.cli import _parser
+    from opbisect.settings import VerifySettings
+
+    changed = VerifySettings(script=Path("a b/step.py"), patch="r/s.csv", runs=7, out=Path("o"), step_name="s",
+                             inputs_name="i", device="cpu", fingerprint="wsum", switches=False, variant="global",
+                             exchange=Path("/tmp/x"))
+    defaults = {f.name: f.default for f in dataclasses.fields(VerifySettings)}
+    assert all(getattr(changed, k) != v for k, v in defaults.items() if k != "script")  # every option is set
+    again = VerifySettings.from_namespace(_parser().parse_args(["verify", *changed.to_argv()]))
     assert again == changed
 
 

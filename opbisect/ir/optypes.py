@@ -6,7 +6,8 @@ Every rule that depends on an op's type reads this table (as JAX's rule tables a
   (a loop or branch with body functions), CALL (a nested function call, inlined at trace time), COMMUTATIVE
   (the order of its inputs does not matter mathematically, but may in floating point), CONVOLUTION (cuDNN picks
   its algorithm), PYTHON (runs Python code), RNG_STATE (draws from a tf.random.Generator's state variable, which
-  is restored like any variable), and the tf.data roles PARALLEL_DATASET and SHUFFLE_DATASET;
+  is restored like any variable), COLLECTIVE (a cross-replica reduction or gather: its resource input orders the
+  collectives, it holds no state), and the tf.data roles PARALLEL_DATASET and SHUFFLE_DATASET;
 - remedy: one line on what to do when an op of this type is a source;
 - patch: the key of its deterministic replacement in the patch library (empty while there is none).
 A stateful op with a resource input that is not a READ is a write (conservative: scatters and RNG state
@@ -23,6 +24,7 @@ import dataclasses
 READ, RANDOM, INPUT, CONTROL_FLOW, CALL = "read", "random", "input", "control_flow", "call"
 COMMUTATIVE, CONVOLUTION, PYTHON = "commutative", "convolution", "python"
 PARALLEL_DATASET, SHUFFLE_DATASET, RNG_STATE = "parallel_dataset", "shuffle_dataset", "rng_state"
+COLLECTIVE = "collective"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +108,9 @@ _ROLES: dict[str, tuple[str, ...]] = {
                   "Conv3DBackpropInputV2", "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropFilter",
                   "DepthwiseConv2dNativeBackpropInput"),
     PYTHON: ("PyFunc", "EagerPyFunc", "PyFuncStateless"),
+    COLLECTIVE: ("CollectiveReduceV2", "CollectiveReduceV3", "CollectiveGatherV2", "CollectiveAllToAllV2",
+                 "CollectiveAllToAllV3", "CollectiveBcastSendV2", "CollectiveBcastRecvV2", "CollectiveReduceScatterV2",
+                 "NcclAllReduce", "NcclReduce", "NcclBroadcast"),
     PARALLEL_DATASET: ("ParallelMapDataset", "ParallelMapDatasetV2", "ParallelInterleaveDatasetV2",
                        "ParallelInterleaveDatasetV3", "ParallelInterleaveDatasetV4", "ParallelBatchDataset",
                        "MapAndBatchDataset", "ParallelFilterDataset"),

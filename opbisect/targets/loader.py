@@ -205,13 +205,19 @@ def _keras_step(model, batch: tuple, path: Path):
         raise TargetError(f"{path}: `model` must be a keras.Model, got {type(model).__name__}")
     if getattr(model, "optimizer", None) is None:
         raise TargetError(f"{path}: `model` is not compiled: call model.compile(optimizer=..., loss=...) first")
+    strategy = tfcompat.model_strategy(model)
+
     def train_step(*data_batch):
-        return model.train_step(data_batch)
+        if strategy is None:
+            return model.train_step(data_batch)
+        # as fit's train function runs it: the train step in every replica, the results reduced
+        return tfcompat.reduce_per_replica(strategy.run(model.train_step, args=(data_batch,)), strategy)
 
     try:
         # Build every variable (layers, optimizer slots, compiled metrics) before tracing, as fit does, so the
         # traced step creates none and the snapshot holds all of them.
-        tfcompat.build_keras_model(model, batch)
+        with strategy.scope() if strategy is not None else contextlib.nullcontext():
+            tfcompat.build_keras_model(model, tuple(tf.nest.map_structure(_local, batch)))
     except Exception as exc:
         # A model with its own train_step and no call() (a GAN) cannot be built symbolically; fit then builds
         # it while tracing its train function. So does opbisect: one trace, which creates the variables with
@@ -226,6 +232,21 @@ def _keras_step(model, batch: tuple, path: Path):
     return tf.function(train_step, jit_compile=bool(model.jit_compile), reduce_retracing=True)
 
 
+def _local(value):
+    """A per-replica value's first replica's part (Keras builds a model from one replica's batch)."""
+    values = getattr(value, "values", None)
+    return values[0] if isinstance(values, tuple) and values else value
+
+
+def distributed(strategy, batch: tuple) -> tuple:
+    """One global batch split across the strategy's replicas, as fit's distributed dataset splits it."""
+    import tensorflow as tf
+
+    size = int(tf.shape(tf.nest.flatten(batch)[0])[0])
+    dataset = tf.data.Dataset.from_tensor_slices(batch).batch(size)
+    return tuple(next(iter(strategy.experimental_distribute_dataset(dataset))))
+
+
 def _keras_target(module, path: Path) -> tuple[Any, Callable[[], tuple]]:
     import tensorflow as tf
 
@@ -236,6 +257,9 @@ def _keras_target(module, path: Path) -> tuple[Any, Callable[[], tuple]]:
         batch = tuple(tf.nest.map_structure(tf.convert_to_tensor, d) for d in data)  # x may be a dict or a list
     except (ValueError, TypeError) as exc:
         raise TargetError(f"{path}: `data` holds something that is not a tensor ({error_summary(exc)})") from None
+    strategy = tfcompat.model_strategy(module.model)
+    if strategy is not None:  # the model was made under a tf.distribute strategy: run what fit runs, replicated
+        batch = distributed(strategy, batch)
     return _keras_step(module.model, batch, path), (lambda: batch)
 
 

@@ -170,10 +170,13 @@ def trace_step(target: Target, args: tuple) -> Trace:
         if v is not None:
             var_of_placeholder[inn.op.name] = keys[id(v)]
             variables[keys[id(v)]] = v
-    n_args = len(fg.inputs) - len(internal)
+    # The placeholders the call's arguments feed: every input that no captured value feeds. (Not a count from the
+    # front: under MirroredStrategy a captured handle's placeholder can be listed among the inputs twice.)
+    captured_ph = {id(t) for t in internal}
+    arg_inputs = [t for t in fg.inputs if id(t) not in captured_ph]
 
     graph = OpGraph()
-    roles = {t.op.name: f"arg:{i}" for i, t in enumerate(fg.inputs[:n_args])}
+    roles = {t.op.name: f"arg:{i}" for i, t in enumerate(arg_inputs)}
     roles.update({inn.op.name: (f"var:{var_of_placeholder[inn.op.name]}" if inn.op.name in var_of_placeholder
                                 else f"capture:{inn.dtype.name}") for inn in internal})
     scope = Scope(graph, variables)
@@ -183,7 +186,7 @@ def trace_step(target: Target, args: tuple) -> Trace:
     scope.enter_bodies("", scratch, origins, resolve)
     graph.add_resource_edges()
     return Trace(graph=graph, graph_def=flat_gd, concrete=cf,
-                 arg_names=[t.op.name for t in fg.inputs[:n_args]],
+                 arg_names=[t.op.name for t in arg_inputs],
                  capture_names=[t.op.name for t in internal],
                  output_names=[t.name for t in fg.outputs],
                  variables=variables,
@@ -225,7 +228,7 @@ class Scope:
                 graph.add_control_edge(op_id(c.name, region), me)
             resources, res_dtypes = [], {}
             for slot, t in enumerate(op.inputs):
-                if t.dtype != tf.resource:
+                if t.dtype != tf.resource or optypes.has(op.type, optypes.COLLECTIVE):  # an ordering token
                     continue
                 var = resolve(t)
                 resources.append((slot, var))

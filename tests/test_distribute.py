@@ -1,0 +1,90 @@
+"""tf.distribute: what the strategy runs is traced, replicas and the all-reduce included.
+
+MirroredStrategy over two logical CPUs. TensorFlow fixes its logical devices when it starts, so each case runs in a
+fresh process (the command line, as a user runs it).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from conftest import cli
+
+TWO_CPUS = """
+import os
+
+os.environ["KERAS_BACKEND"] = "tensorflow"
+import keras
+import numpy as np
+import tensorflow as tf
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+keras.utils.set_random_seed(0)
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+rng = np.random.default_rng(0)
+"""
+
+KERAS_FORM = TWO_CPUS + """
+with strategy.scope():
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(3)])
+    model.compile(optimizer=keras.optimizers.Adam(),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+data = (rng.random((32, 8)).astype("float32"), rng.integers(0, 3, (32,)).astype("int32"))
+"""
+
+CUSTOM_LOOP = TWO_CPUS + """
+with strategy.scope():
+    w = tf.Variable(tf.ones([4]), name="w")
+
+
+def jitter(x):  # varies in every run: a planted source in each replica
+    return (x + np.random.random(x.shape)).astype(np.float32)
+
+
+def replica_step(x):
+    update = tf.numpy_function(jitter, [x], tf.float32, name="noise")
+    w.assign_add(tf.reduce_mean(update) * tf.ones([4]))
+    return tf.reduce_sum(update)
+
+
+@tf.function
+def step(batch):
+    per_replica = strategy.run(replica_step, args=(batch,))
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+
+dataset = tf.data.Dataset.from_tensor_slices(rng.random((8, 4)).astype("float32")).batch(8)
+inputs = (next(iter(strategy.experimental_distribute_dataset(dataset))),)
+"""
+
+
+def _trace(tmp_path, body: str):
+    script = tmp_path / "model_step.py"
+    script.write_text(body)
+    done = cli("trace", str(script), "--runs", "3", "--no-replay", "--no-progress", "--out", str(tmp_path / "r"))
+    folder = tmp_path / "r" / "model_step"
+    return done, folder
+
+
+def _types(folder) -> list[str]:
+    graph = json.loads((folder / "record.json").read_text())["graph"]
+    return [n.get("type") for n in graph["nodes"]]
+
+
+def test_a_keras_model_made_under_mirrored_strategy_is_traced_as_fit_runs_it(tmp_path):
+    done, folder = _trace(tmp_path, KERAS_FORM)
+    assert done.returncode == 0, done.stderr[-3000:]
+    types = _types(folder)
+    assert "CollectiveReduceV2" in types  # the gradients' all-reduce across the replicas
+    nodes = json.loads((folder / "record.json").read_text())["graph"]["nodes"]
+    assert any(str(n["id"]).startswith("replica_1/") for n in nodes)  # the second replica's own ops
+
+
+def test_a_source_in_each_replica_of_strategy_run_is_named_there(tmp_path):
+    done, folder = _trace(tmp_path, CUSTOM_LOOP)
+    assert done.returncode == 1, done.stderr[-3000:]
+    sources = set(pd.read_csv(folder / "sources.csv")["op_name"])
+    assert sources == {"noise", "replica_1/noise"}
