@@ -86,5 +86,7 @@ def test_a_keras_model_made_under_mirrored_strategy_is_traced_as_fit_runs_it(tmp
 def test_a_source_in_each_replica_of_strategy_run_is_named_there(tmp_path):
     done, folder = _trace(tmp_path, CUSTOM_LOOP)
     assert done.returncode == 1, done.stderr[-3000:]
-    sources = set(pd.read_csv(folder / "sources.csv")["op_name"])
-    assert sources == {"noise", "replica_1/noise"}
+    rows = pd.read_csv(folder / "sources.csv").set_index("op_name")
+    assert set(rows.index) == {"noise", "replica_1/noise"}
+    assert rows.loc["noise", "replica"] == 0 and rows.loc["replica_1/noise", "replica"] == 1
+    assert rows.loc["noise", "device"] == "CPU:0" and rows.loc["replica_1/noise", "device"] == "CPU:1"

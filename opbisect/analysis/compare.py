@@ -138,6 +138,8 @@ def _kind(graph: OpGraph, op: str, varying: list[str], stale: list[str]) -> str:
         return "state"
     if optypes.has(op_type, optypes.READ):
         return "state"
+    if optypes.has(op_type, optypes.COLLECTIVE):  # a cross-replica reduction: identical inputs, another result
+        return "collective"
     if all(graph.is_state(t) for t in varying):
         return "write"
     return "op"

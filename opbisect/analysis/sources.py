@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import re
+
 from ..ir.graph import OpGraph
+from ..ir.ids import op_id, split_op_id
 from ..ir.optypes import remedy
 from ..record.model import Magnitude, Replay, Source
 from .compare import SourceOp
@@ -30,7 +34,33 @@ def source_row(graph: OpGraph, found: SourceOp | None, *, op: str | None = None,
         position=graph.position[op], tensors=list(found.tensors) if found else [],
         replay_distinct=replay.distinct if replay and replay.runs else None,
         replay_runs=replay.runs if replay and replay.runs else None, replay_note=replay.note if replay else "",
+        replica=replica_of(graph, op), device=device_of(graph, op),
     )
+
+
+_REPLICA = re.compile(r"^replica_(\d+)/")
+
+
+@functools.lru_cache(maxsize=2)  # the graph of the step being reported
+def _replicated(graph: OpGraph) -> frozenset:
+    """The op ids of replica 0's copy of a replicated step: ops named X where `replica_1/X` exists (MirroredStrategy
+    names the copy for replica k > 0 under `replica_k/`, and replica 0's under no prefix)."""
+    return frozenset(op_id(m.group(1), r) for r, name in map(split_op_id, graph.g)
+                     for m in [re.match(r"^replica_1/(.*)$", name)] if m)
+
+
+def replica_of(graph: OpGraph, op: str) -> int | None:
+    """The replica an op belongs to under tf.distribute, or None (no strategy, or an op outside strategy.run)."""
+    found = _REPLICA.match(split_op_id(op)[1])
+    if found:
+        return int(found.group(1))
+    return 0 if op in _replicated(graph) else None
+
+
+def device_of(graph: OpGraph, op: str) -> str:
+    """'/job:localhost/replica:0/task:0/device:GPU:1' -> 'GPU:1'; "" where the graph places nothing."""
+    device = graph.attrs(op).get("device", "") if op in graph.g else ""
+    return device.rsplit("device:", 1)[-1] if device else ""
 
 
 def in_process_rows(graph: OpGraph, per_step: list[tuple[int, list[SourceOp], dict[str, Magnitude],

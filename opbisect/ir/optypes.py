@@ -159,6 +159,9 @@ KIND_REMEDIES: dict[str, str] = {
     "order": "the same inputs are summed in another order in another process (iteration over a set or a dict of "
              "strings while building the step: PYTHONHASHSEED): sum in a fixed order, e.g. sorted by name, or set "
              "PYTHONHASHSEED",
+    "collective": "a cross-replica reduction gave another result from identical inputs in every replica: its "
+                  "summation order changes from run to run; on GPUs try NCCL_ALGO=Ring, or reduce in a fixed order "
+                  "(all-gather, then sum)",
     "initial": "this variable starts with another value in another process: an unseeded initializer; call "
                "keras.utils.set_random_seed(...) (or tf.random.set_seed) before creating it",
 }

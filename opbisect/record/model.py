@@ -158,6 +158,8 @@ class Source:
     replay_distinct: int | None = None  # distinct results of the op run alone on its recorded inputs
     replay_runs: int | None = None  # how many runs alone (None: not replayed; replay_note says why)
     reproducer: str = ""  # the standalone script in the report folder (repro/<rank>_<op_type>.py)
+    replica: int | None = None  # under tf.distribute: the replica whose copy of the step the op belongs to
+    device: str = ""  # the device the op was placed on in the graph (e.g. GPU:1), when the graph says
     replay_note: str = dataclasses.field(default="", metadata={"csv": False})
     position: int = dataclasses.field(default=0, metadata={"csv": False})  # in the graph's topological order
     tensors: list[str] = dataclasses.field(default_factory=list, metadata={"csv": False})  # what differed
