@@ -299,6 +299,10 @@ def _fit_target(module, path: Path) -> tuple[Any, FitPlan, tuple, int]:
     import tensorflow as tf
 
     names = vars(module)
+    if tfcompat.model_strategy(module.model) is not None:
+        raise TargetError(f"{path}: the fit form of a model made under a tf.distribute strategy is not traced yet "
+                          f"(fit splits each batch across the replicas); define `data` (one global batch) instead of "
+                          f"the fit form: opbisect then traces the replicated train step as fit runs it")
     kwargs = dict(names.get("fit_kwargs", {}))
     if "dataset" in names:
         dataset = names["dataset"]
