@@ -22,8 +22,7 @@ capture nodes added) and put in the step's function library; no Python name is p
 
 from __future__ import annotations
 
-from ..trace.inline import parse_input
-from .taps import PREFIX, _GraphDefBuilder, _without_fed_placeholders, digest_vector, tap_specs, tappable_tensors
+from .taps import PREFIX, _GraphDefBuilder, digest_vector, graph_importer, tap_specs, tappable_tensors
 
 INDEX = f"{PREFIX}/index"  # placeholder in a rebuilt body: the index of its current execution
 LOOP_ROWS = 512  # under XLA: the executions of a body inside a loop fingerprinted per step
@@ -166,10 +165,8 @@ def _body_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes
         rb.add(name, "Placeholder", dtype=tf.int64)
     nested = rewrite_control_flow(rb, trace, region.id, fingerprinter, f"{INDEX}:0",
                                   {r: f"{PREFIX}/in/{j}:0" for j, r in enumerate(inner)})
-    fed = list(region.arg_names) + list(ours)
-    gd, read = _without_fed_placeholders(rb.gd, fed)
     wanted = list(region.output_names) + [fps] + [nested[r] for r in inner]
-    imported = [w for w in wanted if parse_input(w)[0] not in set(fed)]
+    run = graph_importer(rb.gd, list(region.arg_names) + list(ours), wanted, "body")
     order = None if layout is None else np.argsort(np.asarray(layout))  # vector position of each tap
     n_args, n_out = len(region.arg_names), len(region.output_names)
     rows, cols = capacity(trace, region.id), shapes_of[region.id][1]
@@ -181,10 +178,7 @@ def _body_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes
         feeds = {f"{a}:0": x for a, x in zip(region.arg_names, args)}
         feeds[f"{INDEX}:0"] = index
         feeds.update({f"{PREFIX}/in/{j}:0": came[r] for j, r in enumerate(inner)})
-        got = tf.graph_util.import_graph_def(gd, input_map={f"{n}:0": feeds[f"{n}:0"] for n in read},
-                                             return_elements=imported, name="body")
-        by_spec = dict(zip(imported, got))
-        values = [by_spec[w] if w in by_spec else feeds[w] for w in wanted]
+        values = run(feeds)
         digests = values[n_out] if order is None else tf.gather(values[n_out], order)
         row = tf.concat([tf.reshape(tick, [1, 1]), tf.reshape(digests, [1, cols - 1])], 1)
         gone = dict(zip(inner, values[n_out + 1:]))
@@ -203,15 +197,10 @@ def _cond_function(b: _GraphDefBuilder, region, report: list[str], shapes_of: di
 
     cond = region.cond
     names = [t.op.name for t in cond.inputs]
-    gd, read = _without_fed_placeholders(cond.as_graph_def(), names)  # XLA refuses a graph with placeholders
-    out = cond.outputs[0].name
+    run = graph_importer(cond.as_graph_def(), names, [cond.outputs[0].name], "cond")  # no placeholders: XLA
 
     def fn(*args):
-        feeds = {f"{n}:0": x for n, x in zip(names, args)}
-        if out in feeds:
-            return tf.identity(feeds[out])
-        return tf.graph_util.import_graph_def(gd, input_map={f"{n}:0": feeds[f"{n}:0"] for n in read},
-                                              return_elements=[out], name="cond")[0]
+        return tf.identity(run({f"{n}:0": x for n, x in zip(names, args)})[0])
 
     sig = _signature(region, report, shapes_of)
     return _into_library(b, tf.function(fn, input_signature=sig, autograph=False).get_concrete_function())

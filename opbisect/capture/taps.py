@@ -307,6 +307,23 @@ def _without_fed_placeholders(gd, placeholders: list[str]):
     return out, read
 
 
+def graph_importer(graph_def, placeholders: list[str], wanted: list[str], scope: str) -> Callable[[dict], list]:
+    """`run(feeds)` imports `graph_def` into the graph being built, its `placeholders` replaced by `feeds` ("name:0"
+    -> tensor), and returns the tensors `wanted` (specs in the GraphDef; a placeholder gives what feeds it)."""
+    import tensorflow as tf
+
+    gd, read = _without_fed_placeholders(graph_def, placeholders)
+    imported = [w for w in wanted if parse_input(w)[0] not in set(placeholders)]
+
+    def run(feeds: dict) -> list:
+        got = tf.graph_util.import_graph_def(gd, input_map={f"{n}:0": feeds[f"{n}:0"] for n in read},
+                                             return_elements=imported, name=scope)
+        by_spec = dict(zip(imported, got))
+        return [by_spec[w] if w in by_spec else feeds[w] for w in wanted]
+
+    return run
+
+
 def step_importer(trace: Trace, graph_def, register: Callable, wanted: list[str], scope: str = SCOPE) -> Callable:
     """A function of the step's flat arguments importing `graph_def` (the step's GraphDef, changed) and returning
     the tensors `wanted` (specs in it); `register(graph)` puts the functions it calls in the importing graph.
@@ -318,8 +335,7 @@ def step_importer(trace: Trace, graph_def, register: Callable, wanted: list[str]
     import tensorflow as tf
 
     placeholders = trace.arg_names + trace.capture_names
-    gd, read = _without_fed_placeholders(graph_def, placeholders)
-    imported = [w for w in wanted if parse_input(w)[0] not in set(placeholders)]
+    run = graph_importer(graph_def, placeholders, wanted, scope)
     captured = list(trace.concrete.captured_inputs)
     variables = list(trace.variables.values())
 
@@ -328,11 +344,8 @@ def step_importer(trace: Trace, graph_def, register: Callable, wanted: list[str]
         register(graph)
         for v in variables:  # the function uses these variables (as the step did): its graph lists them
             graph.watch_variable(v)
-        fed = {f"{name}:0": t for name, t in zip(placeholders, list(feeds) + [graph.capture(c) for c in captured])}
-        got = tf.graph_util.import_graph_def(gd, input_map={f"{n}:0": fed[f"{n}:0"] for n in read},
-                                             return_elements=imported, name=scope)
-        by_spec = dict(zip(imported, got))
-        return [by_spec[w] if w in by_spec else fed[w] for w in wanted]  # a placeholder: what feeds it
+        values = list(feeds) + [graph.capture(c) for c in captured]
+        return run({f"{name}:0": t for name, t in zip(placeholders, values)})
 
     return body
 

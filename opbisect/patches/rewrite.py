@@ -125,24 +125,16 @@ def _rebuilt_body(region, graph_def, rewrite: Rewrite):
     """The body of `region` traced again from its patched GraphDef; a concrete function."""
     import tensorflow as tf
 
-    from ..capture.taps import _without_fed_placeholders
-    from ..trace.inline import parse_input
+    from ..capture.taps import graph_importer
 
-    fed = list(region.arg_names)
-    gd, read = _without_fed_placeholders(graph_def, fed)
-    wanted = list(region.output_names)
-    imported = [w for w in wanted if parse_input(w)[0] not in set(fed)]
+    run = graph_importer(graph_def, list(region.arg_names), list(region.output_names), "body")
     functions = list(rewrite.functions)
 
     def body(*args):
         graph = tf.compat.v1.get_default_graph()
         for f in functions:
             f.add_to_graph(graph)
-        feeds = {f"{a}:0": x for a, x in zip(region.arg_names, args)}
-        got = tf.graph_util.import_graph_def(gd, input_map={f"{n}:0": feeds[f"{n}:0"] for n in read},
-                                             return_elements=imported, name="body")
-        by_spec = dict(zip(imported, got))
-        return [tf.identity(by_spec[w] if w in by_spec else feeds[w]) for w in wanted]
+        return [tf.identity(v) for v in run({f"{a}:0": x for a, x in zip(region.arg_names, args)})]
 
     sig = [tf.TensorSpec(shape, dtype) for dtype, shape in region.arg_specs]
     return tf.function(body, input_signature=sig, autograph=False).get_concrete_function()
