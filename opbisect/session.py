@@ -177,6 +177,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     meta = Meta(script=str(settings.script), script_path=str(settings.script.resolve()), form=target.form,
                 runs=runs, steps=steps, metric_variables=metric_variables(target, trace),
                 looked_harder=unsettled if runs > settings.runs else "", timings=lap.laps, patched=patched,
+                mirrored=trace.mirrors,
                 fingerprinter=fp.name, fingerprint=fp.key, jit_compile=bool(trace.jit_compile),
                 ops=len(trace.graph), variables=len(trace.variables), restored_variables=len(restored),
                 initial_state=initial_state, seconds=round(time.time() - started, 2), **environment(tf, kind))
@@ -187,7 +188,8 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
         default=default_runs, pinned=pinned_runs, fit=fit_runs, analyses=[a for a, _, _ in analysed], sources=[],
         facts=Facts(verdict=facts.verdict(default_runs, fit_runs, None), grappler=choice,
                     observer=facts.observer_effect(plain.at(1), analysed[0][0].instrumented),
-                    fit_replay=facts.fit_replay(fit_runs, default_runs, meta.metric_variables) if fit_runs else None))
+                    fit_replay=facts.fit_replay(fit_runs, default_runs, meta.metric_variables) if fit_runs else None,
+                    replica_divergence=facts.replica_divergence(default_runs, trace.mirrors)))
     per_step = [(a.step, c.sources, a.magnitudes, a.replays) for a, c, _ in analysed]
     record.sources = rank(in_process_rows(trace.graph, per_step, runs,
                                           plain_varies=record.facts.verdict.nondeterministic))

@@ -61,6 +61,49 @@ inputs = (next(iter(strategy.experimental_distribute_dataset(dataset))),)
 """
 
 
+FIT_FORM = TWO_CPUS + """
+
+class Jitter(keras.layers.Layer):  # varies in every run: a planted source in each replica's forward pass
+    def call(self, x):
+        noise = tf.numpy_function(lambda t: (t + np.random.random(t.shape)).astype(np.float32), [x], tf.float32,
+                                  name="noise")
+        return tf.ensure_shape(noise, x.shape)
+
+
+with strategy.scope():
+    model = keras.Sequential([keras.Input((8,)), Jitter(), keras.layers.Dense(3)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+# 40 rows at 16: fit's last batch is partial, 4 rows for each replica
+dataset = tf.data.Dataset.from_tensor_slices((rng.random((40, 8)).astype("float32"),
+                                              rng.integers(0, 3, (40,)).astype("int32"))).batch(16)
+fit_kwargs = {"epochs": 1}
+"""
+
+
+DIVERGING = TWO_CPUS + """
+with strategy.scope():
+    w = tf.Variable(tf.ones([4]), name="w")
+    v = tf.Variable(tf.ones([4]), name="v")
+
+
+def replica_step(x):
+    w.assign_add(tf.ones([4]) * 0.5)  # the same value in every replica: the copies stay equal
+    return tf.reduce_sum(x * w * v)
+
+
+@tf.function
+def step(batch):
+    per_replica = strategy.run(replica_step, args=(batch,))
+    v.values[1].assign_add(tf.ones([4]))  # planted: one replica's copy written alone
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+
+dataset = tf.data.Dataset.from_tensor_slices(rng.random((8, 4)).astype("float32")).batch(8)
+inputs = (next(iter(strategy.experimental_distribute_dataset(dataset))),)
+"""
+
+
 def _trace(tmp_path, body: str):
     script = tmp_path / "model_step.py"
     script.write_text(body)
@@ -90,3 +133,32 @@ def test_a_source_in_each_replica_of_strategy_run_is_named_there(tmp_path):
     assert set(rows.index) == {"noise", "replica_1/noise"}
     assert rows.loc["noise", "replica"] == 0 and rows.loc["replica_1/noise", "replica"] == 1
     assert rows.loc["noise", "device"] == "CPU:0" and rows.loc["replica_1/noise", "device"] == "CPU:1"
+
+
+def test_the_fit_form_under_mirrored_strategy_replays_fit_and_names_each_replicas_source(tmp_path):
+    done, folder = _trace(tmp_path, FIT_FORM)
+    assert done.returncode == 1, done.stderr[-3000:]
+    record = json.loads((folder / "record.json").read_text())
+    assert record["meta"]["form"] == "fit" and record["meta"]["steps"] == 3  # 16 + 16 + 8 rows
+    assert "CollectiveReduceV2" in _types(folder)
+    rows = pd.read_csv(folder / "sources.csv")
+    noise = rows[rows["op_type"] == "PyFunc"]
+    assert sorted(zip(noise["replica"], noise["device"])) == [(0, "CPU:0"), (1, "CPU:1")]
+
+
+def test_copies_of_a_mirrored_variable_that_disagree_between_replicas_are_a_finding(tmp_path):
+    done, folder = _trace(tmp_path, DIVERGING)
+    assert done.returncode == 0, done.stderr[-3000:]  # the same every run: deterministic, yet the replicas split
+    record = json.loads((folder / "record.json").read_text())
+    assert record["meta"]["mirrored"] == [["v", "v/replica_1"], ["w", "w/replica_1"]]
+    assert record["facts"]["replica_divergence"] == {"step": 1, "variables": ["v"], "runs": 3}
+
+
+def test_replicas_that_stay_in_step_are_not_a_divergence_and_metrics_are_not_mirrored(tmp_path):
+    done, folder = _trace(tmp_path, KERAS_FORM.replace("from_logits=True)", "from_logits=True), metrics=['accuracy']"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((folder / "record.json").read_text())
+    mirrored = record["meta"]["mirrored"]
+    assert ["sequential/dense/kernel", "sequential/dense/kernel/replica_1"] in mirrored
+    assert not any("accuracy" in key or "total" in key for group in mirrored for key in group)  # SyncOnRead copies
+    assert record["facts"]["replica_divergence"] is None

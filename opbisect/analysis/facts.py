@@ -24,6 +24,7 @@ from ..record.model import (
     GrapplerChoice,
     InstrumentedRuns,
     ObserverEffect,
+    ReplicaDivergence,
     Runs,
     Trajectory,
     Verdict,
@@ -154,6 +155,17 @@ def fit_replay(fit: Trajectory, replay: Trajectory, metric_variables: list[str])
     mismatch = next((fit.step_number(j) for j in entries if weights(fit, j) != weights(replay, fit.step_number(j))),
                     None)
     return FitReplay(checked_steps=fit.step_number(entries[-1]) if entries else 0, mismatch_step=mismatch)
+
+
+def replica_divergence(runs: Trajectory, mirrored: list[list[str]]) -> ReplicaDivergence | None:
+    """The first step after which some mirrored variable's copies disagree between replicas, in any run."""
+    for step in range(1, runs.steps + 1):
+        after = runs.at(step).after
+        apart = [[g[0] for g in mirrored if len({run[k] for k in g}) > 1] for run in after]
+        if any(apart):
+            diverged = sorted({key for keys in apart for key in keys})
+            return ReplicaDivergence(step=step, variables=diverged, runs=sum(1 for keys in apart if keys))
+    return None
 
 
 def body_findings(analyses: list, regions: dict[str, dict]) -> list:

@@ -224,11 +224,22 @@ class FitReplay:
 
 
 @dataclasses.dataclass
+class ReplicaDivergence:
+    """The copies of a mirrored variable disagree between replicas after a step (tf.distribute keeps them equal:
+    an update ran differently, or only, in some replicas)."""
+
+    step: int  # the first step after which they disagree (in any plain run)
+    variables: list[str]  # replica 0's key of each mirrored variable whose copies disagree then
+    runs: int  # in how many plain runs they disagree after that step
+
+
+@dataclasses.dataclass
 class Facts:
     verdict: Verdict
     grappler: GrapplerChoice
     observer: ObserverEffect
     fit_replay: FitReplay | None = None
+    replica_divergence: ReplicaDivergence | None = None
 
 
 @dataclasses.dataclass
@@ -259,6 +270,7 @@ class Meta:
     looked_harder: str = ""  # why the passes ran again with --max-runs runs (what the first --runs left open)
     timings: dict[str, float] = dataclasses.field(default_factory=dict)  # seconds per stage, in order
     patched: list[str] = dataclasses.field(default_factory=list)  # `trace --patch`: the ops traced already replaced
+    mirrored: list[list[str]] = dataclasses.field(default_factory=list)  # each mirrored variable's copies, by replica
 
 
 @dataclasses.dataclass

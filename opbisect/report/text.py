@@ -58,6 +58,16 @@ def fit_lines(record: Record) -> list[str]:
     return lines
 
 
+def replica_lines(record: Record) -> list[str]:
+    d = record.facts.replica_divergence
+    if d is None:
+        return []
+    shown = ", ".join(d.variables[:4]) + (" ..." if len(d.variables) > 4 else "")
+    return [f"warning: replica divergence: after step {d.step} the replicas' copies of {len(d.variables)} mirrored "
+            f"variable(s) disagree ({shown}), in {d.runs} of {record.default.runs} runs: an update ran differently, "
+            f"or only, in some replicas (a write to one copy, or a per-replica value assigned without aggregation)"]
+
+
 def step_lines(record: Record) -> list[str]:
     t = record.default
     if t.steps <= 1:
@@ -138,7 +148,7 @@ def lines(record: Record, folder: Path | None = None) -> list[str]:
         out.append(verdict_line(record.pinned.final(), "uninstrumented step, grappler pinned"))
     if f.grappler.config == "default" and record.pinned:
         out.append(f"note: {f.grappler.reason}")
-    out += fit_lines(record) + step_lines(record)
+    out += fit_lines(record) + step_lines(record) + replica_lines(record)
     first = record.analyses[0]
     skipped = ", ".join(f"{k} {v}" for k, v in sorted(record.skipped.items()))
     differing = sum(len(a.differing) for a in record.analyses)

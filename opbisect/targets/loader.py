@@ -272,16 +272,24 @@ class FitPlan:
     epochs: int
     steps_per_epoch: int | None
     kwargs: dict  # what is passed to model.fit
+    strategy: Any = None  # the model's tf.distribute strategy: fit splits each batch across its replicas
+
+    def source(self):
+        """What fit iterates: the dataset, or under a strategy the dataset split across the replicas."""
+        if self.strategy is None:
+            return self.dataset
+        return self.strategy.experimental_distribute_dataset(self.dataset)
 
     def batches(self):
         """fit's batch order (Keras 3 keeps one iterator across epochs when steps_per_epoch is set)."""
+        source = self.source()
         total = int(self.dataset.cardinality())
         known = total if total >= 0 else None
         iterator, seen = None, 0
         for _ in range(self.epochs):
             per_epoch = self.steps_per_epoch or known
             if iterator is None or self.steps_per_epoch is None:
-                iterator, seen = iter(self.dataset), 0
+                iterator, seen = iter(source), 0
             for _ in range(per_epoch if per_epoch else 2**62):
                 if known and seen >= known:
                     break
@@ -292,17 +300,13 @@ class FitPlan:
                 seen += 1
                 yield tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
             if known and seen >= known:
-                iterator, seen = iter(self.dataset), 0
+                iterator, seen = iter(source), 0
 
 
 def _fit_target(module, path: Path) -> tuple[Any, FitPlan, tuple, int]:
     import tensorflow as tf
 
     names = vars(module)
-    if tfcompat.model_strategy(module.model) is not None:
-        raise TargetError(f"{path}: the fit form of a model made under a tf.distribute strategy is not traced yet "
-                          f"(fit splits each batch across the replicas); define `data` (one global batch) instead of "
-                          f"the fit form: opbisect then traces the replicated train step as fit runs it")
     kwargs = dict(names.get("fit_kwargs", {}))
     if "dataset" in names:
         dataset = names["dataset"]
@@ -320,7 +324,8 @@ def _fit_target(module, path: Path) -> tuple[Any, FitPlan, tuple, int]:
     if unknown:
         raise TargetError(f"{path}: fit_kwargs {sorted(unknown)} are not replayed by opbisect; remove them")
     plan = FitPlan(model=module.model, dataset=dataset, epochs=int(kwargs.get("epochs", 1)),
-                   steps_per_epoch=kwargs.get("steps_per_epoch"), kwargs=kwargs)
+                   steps_per_epoch=kwargs.get("steps_per_epoch"), kwargs=kwargs,
+                   strategy=tfcompat.model_strategy(module.model))
     batches = plan.batches()  # one pass over the data: the first batch, and how many steps fit takes
     first = next(batches, None)
     if first is None:
@@ -351,7 +356,7 @@ def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs"
         step, plan, first, steps = _fit_target(module, path)
         target = Target(path=path, step=step, make_inputs=lambda: first, variables=None, form="fit",
                         module=module, make_batches=plan.batches, steps_available=steps, fit=plan,
-                        dataset=plan.dataset, signature=_signature(plan.dataset))
+                        dataset=plan.dataset, signature=_signature(plan.source()))
         return _with_variables(target, names, path)
     elif "model" in names and "data" in names:
         step, make_inputs = _keras_target(module, path)

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import hashlib
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ class Trace:
     variables: dict[str, Any]  # variable key -> tf.Variable, every variable the step captures
     jit_compile: bool | None
     regions: dict[str, "Region"] = dataclasses.field(default_factory=dict)  # entered bodies, parents first
+    mirrors: list[list[str]] = dataclasses.field(default_factory=list)  # keys of each mirrored variable's copies
     tappable: dict = dataclasses.field(default_factory=dict, repr=False)  # capture's cache, per scope
 
     def arg_specs(self) -> list:
@@ -190,7 +192,18 @@ def trace_step(target: Target, args: tuple) -> Trace:
                  capture_names=[t.op.name for t in internal],
                  output_names=[t.name for t in fg.outputs],
                  variables=variables,
-                 jit_compile=jit, regions=scope.regions)
+                 jit_compile=jit, regions=scope.regions, mirrors=mirrored_keys(variables))
+
+
+def mirrored_keys(variables: dict) -> list[list[str]]:
+    """For each MirroredVariable the step uses, its copies' keys in replica order (replica 0 first). MirroredStrategy
+    names replica k's copy `<name>/replica_k`; without such names there is nothing to look for."""
+    if not any(re.search(r"/replica_\d+$", key.split("#")[0]) for key in variables):
+        return []
+    key_of = {id(v.handle): k for k, v in variables.items()}
+    groups = [[key_of[id(c.handle)] for c in copies if id(c.handle) in key_of]
+              for copies in tfcompat.mirrored_copies(variables.values())]
+    return sorted(g for g in groups if len(g) > 1)
 
 
 class Scope:
