@@ -1,13 +1,13 @@
 """Inside loops and branches: a source in a body is named as the op inside it, with its region and iteration.
 
 Planted faults (a numpy_function that varies only at a chosen loop iteration, an unseeded random trip count or
-predicate) force each case whatever the machine's load; the Keras examples check real CPU races inside a
-LossScaleOptimizer's cond and a gradient-accumulation loop.
+predicate) force each case whatever the machine's load, the Keras ones included (a LossScaleOptimizer's cond in
+the fit form, a gradient-accumulation loop); the examples with real CPU races are run by hand and in the reports.
 """
 
 from __future__ import annotations
 
-from conftest import EXAMPLES, trace, until_it_fires
+from conftest import until_it_fires
 
 NOISY_AT = """
 def noisy_at(k):
@@ -110,23 +110,104 @@ def test_a_branch_taken_differently_is_a_finding_and_the_source_is_the_predicate
     assert any("which branch runs" in f.message for f in t.record.findings)
 
 
-def test_mixed_precision_fit_names_the_scatter_inside_the_loss_scale_optimizer_cond(tmp_path):
-    t = until_it_fires(lambda: trace(EXAMPLES / "mixed_precision_fit.py", tmp_path / "r"))
-    assert t.code == 1
-    row = t.csv.iloc[0]
-    assert (row["op_type"], row["kind"], row["region"]) == ("ResourceScatterSub", "write", "cond/then_branch")
+MIXED_PRECISION_FIT = """
+import keras
+import numpy as np
+import tensorflow as tf
+
+keras.utils.set_random_seed(0)
+keras.mixed_precision.set_global_policy("mixed_float16")
+
+
+class NoisySGD(keras.optimizers.SGD):  # planted: the Dense kernel's update varies in every run
+    def update_step(self, gradient, variable, learning_rate):
+        if tuple(variable.shape) == (16, 4):  # the Dense kernel
+            noise = tf.numpy_function(lambda: np.float32(np.random.default_rng().random() * 1e-3), [], tf.float32,
+                                      name="noise")
+            gradient = gradient + tf.cast(noise, gradient.dtype)
+        super().update_step(gradient, variable, learning_rate)
+
+
+model = keras.Sequential([keras.Input((8,), dtype="int32"), keras.layers.Embedding(100, 16),
+                          keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(4, dtype="float32")])
+model.compile(optimizer=NoisySGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+rng = np.random.default_rng(0)
+x = rng.integers(0, 100, (64, 8)).astype("int32")
+y = rng.integers(0, 4, (64,)).astype("int32")
+fit_kwargs = {"batch_size": 32, "epochs": 1, "shuffle": False}
+"""
+
+
+def test_mixed_precision_fit_names_a_source_inside_the_loss_scale_optimizer_cond(run_step):
+    t = run_step(MIXED_PRECISION_FIT, runs=3)
+    assert t.code == 1 and t.record.meta.form == "fit"
+    rows = t.csv[t.csv["op_type"] == "PyFunc"]
+    assert list(rows["region"]) == ["cond/then_branch"]  # LossScaleOptimizer's update, entered
+    assert rows.iloc[0]["first_step"] == 1
     assert not any(t.csv["op_type"].isin(["If", "StatelessIf"]))
     import keras
 
     assert keras.mixed_precision.global_policy().name == "float32"  # the script's policy does not leak out
 
 
-def test_gradient_accumulation_names_the_scatter_inside_the_while_body(tmp_path):
-    t = until_it_fires(lambda: trace(EXAMPLES / "grad_accumulation.py", tmp_path / "r"))
+GRADIENT_ACCUMULATION = """
+import keras
+import numpy as np
+import tensorflow as tf
+
+keras.utils.set_random_seed(0)
+MICRO, N_MICRO = 32, 4
+
+
+class NoisyFrom(keras.layers.Layer):  # planted: varies in every run once the loop reaches micro-batch 2
+    def call(self, x, i):
+        draw = lambda i: np.float32(np.random.default_rng().random() * (i >= 2))  # noqa: E731
+        noise = tf.numpy_function(draw, [i], tf.float32, name="noise")
+        return x + tf.ensure_shape(noise, [])
+
+
+model = keras.Sequential([keras.Input((8,), dtype="int32"), keras.layers.Embedding(100, 16),
+                          keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(4)])
+noisy = NoisyFrom()
+optimizer = keras.optimizers.SGD(learning_rate=0.1)
+optimizer.build(model.trainable_variables)
+loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+accumulators = [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False, name=f"accum_{i}")
+                for i, v in enumerate(model.trainable_variables)]
+
+
+@tf.function
+def step(x, y):
+    for a in accumulators:
+        a.assign(tf.zeros_like(a))
+
+    def body(i, loss_sum):
+        xb, yb = x[i * MICRO:(i + 1) * MICRO], y[i * MICRO:(i + 1) * MICRO]
+        with tf.GradientTape() as tape:
+            loss = loss_fn(yb, noisy(model(xb, training=True), i))
+        for a, g in zip(accumulators, tape.gradient(loss, model.trainable_variables)):
+            if isinstance(g, tf.IndexedSlices):
+                a.scatter_add(g)
+            else:
+                a.assign_add(g)
+        return i + 1, loss_sum + loss
+
+    _, total = tf.while_loop(lambda i, _: i < N_MICRO, body, (tf.constant(0), tf.constant(0.0)))
+    optimizer.apply_gradients(zip([a / N_MICRO for a in accumulators], model.trainable_variables))
+    return total / N_MICRO
+
+
+rng = np.random.default_rng(0)
+inputs = (tf.constant(rng.integers(0, 100, (MICRO * N_MICRO, 8)), tf.int32),
+          tf.constant(rng.integers(0, 4, (MICRO * N_MICRO,)), tf.int32))
+"""
+
+
+def test_gradient_accumulation_names_the_source_inside_the_while_body_at_its_micro_batch(run_step):
+    t = run_step(GRADIENT_ACCUMULATION, runs=3)
     assert t.code == 1
-    row = t.csv.iloc[0]
-    assert (row["op_type"], row["region"]) == ("ResourceScatterAdd", "while/body")
-    assert 0 <= row["iteration"] < 4
+    rows = t.csv[t.csv["op_type"] == "PyFunc"]
+    assert list(zip(rows["region"], rows["iteration"])) == [("while/body", 2)]
     assert not any(t.csv["op_type"].isin(["While", "StatelessWhile"]))
 
 

@@ -10,7 +10,7 @@ from opbisect.analysis.align import align
 from opbisect.ir.graph import OpGraph
 from opbisect.record import store
 
-from conftest import EXAMPLES, cli, trace, until_it_fires, write_script
+from conftest import cli, trace, write_script
 
 DIVERGES_FROM_STEP_3 = """
 table = tf.Variable(tf.zeros([64, 32]), name="table")
@@ -102,18 +102,50 @@ def test_a_tf_data_pipeline_with_deterministic_false_is_reported_as_input(run_st
     assert list(t.csv["kind"]) == ["input"] and t.csv.iloc[0]["op_type"] == "Placeholder"
 
 
-def test_fit_epochs_example_is_reproducible_for_one_epoch_and_not_for_two(tmp_path):
-    two = until_it_fires(lambda: trace(EXAMPLES / "fit_epochs.py", tmp_path, runs=5))
+FIT_EPOCHS = """
+import keras
+import numpy as np
+import tensorflow as tf
+
+keras.utils.set_random_seed(0)
+
+
+class NoisyOnRepeats(keras.layers.Layer):  # planted: varies only on a batch of repeated tokens (the second)
+    def call(self, inputs):
+        h, tokens = inputs
+        draw = lambda t: np.float32(np.random.default_rng().random() * (t.max() < 16))  # noqa: E731
+        noise = tf.numpy_function(draw, [tokens], tf.float32, name="noise")
+        return h + tf.ensure_shape(noise, [])
+
+
+tokens = keras.Input((8,), dtype="int32")
+h = keras.layers.Dense(4)(keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(1024, 16)(tokens)))
+model = keras.Model(tokens, NoisyOnRepeats()([h, tokens]))
+model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+rng = np.random.default_rng(0)
+distinct_tokens = rng.permutation(1024).reshape(128, 8).astype("int32")
+repeated_tokens = rng.integers(0, 16, (128, 8)).astype("int32")
+labels = rng.integers(0, 4, (2, 128)).astype("int32")
+dataset = tf.data.Dataset.from_tensor_slices((np.stack([distinct_tokens, repeated_tokens]), labels))
+fit_kwargs = {"epochs": 2, "steps_per_epoch": 1}
+"""
+
+
+def test_fit_reproducible_for_one_epoch_and_not_for_two_names_the_second_epochs_source(tmp_path):
+    """The seed report's situation (examples/fit_epochs.py has the real CPU race): fit(epochs=1) reproducible,
+    epochs=2 not, with one iterator across the epochs (steps_per_epoch)."""
+    script = write_script(tmp_path, "fit_epochs", FIT_EPOCHS)
+    two = trace(script, tmp_path, runs=3)
     assert two.code == 1 and two.record.meta.form == "fit" and two.record.steps == 2
     assert two.record.fit.first_differing_step() == 2  # model.fit itself parts at epoch 2
     assert two.record.fit.differing_variables()[0] == 0
+    assert two.record.facts.fit_replay.checked_steps == 1 and two.record.facts.fit_replay.mismatch_step is None
     top = two.csv.iloc[0]
-    assert (top["op_type"], top["kind"], top["first_step"]) == ("ResourceScatterSub", "write", 2)
-    assert any("replay of fit's steps matches model.fit bit for bit through step 1" in line for line in two.lines)
+    assert (top["op_type"], top["kind"], top["first_step"]) == ("PyFunc", "op", 2)
     one = tmp_path / "fit_one_epoch.py"
-    one.write_text(f"import runpy\nglobals().update(runpy.run_path({str(EXAMPLES / 'fit_epochs.py')!r}))\n"
+    one.write_text(f"import runpy\nglobals().update(runpy.run_path({str(script)!r}))\n"
                    "fit_kwargs = {'epochs': 1, 'steps_per_epoch': 1}\n")
-    single = trace(one, tmp_path, runs=5)
+    single = trace(one, tmp_path, runs=3)
     assert single.code == 0 and single.csv.empty and single.record.fit.steps == 1
 
 

@@ -307,3 +307,28 @@ def test_a_keras_lstm_loop_uses_only_state_opbisect_restores(tmp_path):
     t = trace(script, tmp_path / "r", runs=2)
     assert any(t.record.op_graph.op_type(op).endswith("While") for op in t.record.op_graph.ops)
     assert not [f for f in t.record.findings if "cannot restore" in f.message]
+
+
+def test_an_error_raised_inside_a_keras_layer_is_summed_up_by_its_own_message(tmp_path):
+    """Keras wraps an error in a layer's call in "Exception encountered when calling X.call()" and the layer's
+    arguments; the user needs the error itself."""
+    from opbisect.errors import TargetError
+
+    script = tmp_path / "model_step.py"
+    script.write_text("""
+import keras
+import tensorflow as tf
+
+
+class Broken(keras.layers.Layer):
+    def call(self, x):
+        return x + self.no_such_weight
+
+
+model = keras.Sequential([keras.Input((4,)), Broken(), keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse")
+data = (tf.ones([2, 4]), tf.ones([2, 1]))
+""")
+    with pytest.raises(TargetError) as raised:
+        load_target(script)
+    assert "'Broken' object has no attribute 'no_such_weight'" in str(raised.value)

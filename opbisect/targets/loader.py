@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
+import itertools
 import linecache
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -78,15 +80,21 @@ def user_traceback(exc: BaseException, path: Path) -> str:
 def error_summary(exc: BaseException) -> str:
     """'<type>: <the one line of its text that says what went wrong>'."""
     name = type(exc).__name__
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(exc).splitlines()]
+    lines = [line for line in lines if line]
     if not lines:
         return name
-    line = lines[0]
-    if "in user code:" in line:
-        line = lines[-1]  # e.g. "ValueError: the batch is empty"
-    elif line.startswith("Graph execution error"):
-        body = [x for x in lines[1:] if not x.startswith(("File ", "Detected at", "[[", "[Op:"))]
-        line = body[0] if body else line
+    at = 0
+    if "in user code:" in lines[0]:  # after the frames: "ValueError: the batch is empty"
+        at = max((i for i, x in enumerate(lines) if x.startswith(name + ":")), default=len(lines) - 1)
+    elif lines[0].startswith("Graph execution error"):
+        body = [i for i, x in enumerate(lines) if i and not x.startswith(("File ", "Detected at", "[[", "[Op:"))]
+        at = body[0] if body else 0
+    line = lines[at]
+    if "Exception encountered when calling" in line and at + 1 < len(lines):
+        # a Keras layer's wrapper: Keras' own message follows (one or more lines), then the layer's arguments
+        said = itertools.takewhile(lambda x: not x.startswith("Arguments received"), lines[at + 1:])
+        line = " ".join(said) or line
     return line if line.startswith(name + ":") else f"{name}: {line}"
 
 
@@ -140,7 +148,7 @@ def load_module(path: Path):
     except BaseException as exc:  # noqa: BLE001 - the user's own code raised: show it, whatever it was
         if isinstance(exc, (KeyboardInterrupt, Terminated)):
             raise
-        raise TargetError(f"{path} raised {type(exc).__name__} while loading", user_traceback(exc, path)) from None
+        raise TargetError(f"{path} raised {error_summary(exc)} while loading", user_traceback(exc, path)) from None
     return module
 
 
