@@ -8,12 +8,17 @@ gradient, update). For each depth, side by side in one run:
 Both are wall times of the whole process. The record's `meta.timings` says where opbisect's time goes.
 
     .venv/bin/python benchmarks/scale.py --layers 40 400 1200
+    python benchmarks/scale.py --script examples/resnet50.py --device gpu   # any target script, any form
+
+With --script the plain process loads the target as opbisect does (the model/data form: the model's own train
+step) and calls its step 16 times on its inputs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -55,37 +60,66 @@ for _ in range(16):
 """
 
 
+PLAIN_TARGET = """
+import sys
+from pathlib import Path
+
+import tensorflow as tf
+from opbisect.session import setup_tensorflow
+from opbisect.targets.loader import importable, load_target
+
+setup_tensorflow(sys.argv[2])
+path = Path(sys.argv[1])
+with importable(path):
+    target = load_target(path)
+    args = target.make_inputs()
+    for _ in range(16):
+        out = target.step(*args)
+        tf.nest.map_structure(lambda t: t.numpy(), out)
+"""
+
+
 def wall(argv: list[str]) -> float:
     start = time.perf_counter()
-    subprocess.run(argv, check=False, capture_output=True, env={"TF_CPP_MIN_LOG_LEVEL": "2", "PATH": "/usr/bin:/bin",
-                                                               "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(argv, check=False, capture_output=True, text=True,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)})
+    if done.returncode not in (0, 1):  # 0 and 1 are verdicts; anything else is no timing
+        raise RuntimeError(f"{argv[:4]} exited {done.returncode}: {done.stderr[-2000:]}")
     return time.perf_counter() - start
 
 
-def measure(layers: int, tmp: Path) -> dict:
-    script = tmp / f"mlp_{layers}.py"
-    script.write_text(SCRIPT.format(layers=layers))
-    plain = wall([sys.executable, "-c", PLAIN, str(script)])
+def measure(script: Path, tmp: Path, device: str, plain_code: str) -> dict:
+    plain = wall([sys.executable, "-c", plain_code, str(script), device])
     ours = wall([sys.executable, "-m", "opbisect", "trace", str(script), "--runs", "5", "--no-replay",
-                 "--no-progress", "--out", str(tmp)])
+                 "--no-progress", "--device", device, "--out", str(tmp)])
     record = json.loads((tmp / script.stem / "record.json").read_text())
-    return {"layers": layers, "ops": record["meta"]["ops"], "plain_s": plain, "opbisect_s": ours,
-            "ratio": ours / plain, "timings": record["meta"]["timings"]}
+    return {"script": script.name, "ops": record["meta"]["ops"], "plain_s": plain, "opbisect_s": ours,
+            "ratio": ours / plain, "timings": record["meta"]["timings"], "device": record["meta"]["device"]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, nargs="+", default=[40, 400])
+    parser.add_argument("--script", type=Path, nargs="+", help="target scripts instead of the deep MLP")
+    parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     args = parser.parse_args()
-    print("| layers | ops | plain process s | opbisect trace --runs 5 s | ratio | largest stages (s) |")
-    print("| ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| step | ops | device | plain process s | opbisect trace --runs 5 s | ratio | largest stages (s) |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | --- |")
     with tempfile.TemporaryDirectory() as tmp:
-        for layers in args.layers:
-            r = measure(layers, Path(tmp))
+        if args.script:
+            cases = [(script.resolve(), PLAIN_TARGET) for script in args.script]
+        else:
+            cases = []
+            for layers in args.layers:
+                script = Path(tmp) / f"mlp_{layers}.py"
+                script.write_text(SCRIPT.format(layers=layers))
+                cases.append((script, PLAIN))
+        for script, plain_code in cases:
+            r = measure(script, Path(tmp), args.device, plain_code)
             top = sorted(r["timings"].items(), key=lambda kv: -kv[1])[:3]
             stages = "; ".join(f"{k} {v:.1f}" for k, v in top)
-            print(f"| {layers} | {r['ops']} | {r['plain_s']:.1f} | {r['opbisect_s']:.1f} | {r['ratio']:.2f} | "
-                  f"{stages} |", flush=True)
+            print(f"| {r['script']} | {r['ops']} | {r['device']} | {r['plain_s']:.1f} | {r['opbisect_s']:.1f} | "
+                  f"{r['ratio']:.2f} | {stages} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -41,9 +41,9 @@ def build_model() -> keras.Model:
     return keras.Model(ids, logits)
 
 
-def batch(seed: int = 0):
+def batch(seed: int = 0, rows: int = BATCH):
     rng = np.random.default_rng(seed)
     # Zipf-like token ids: frequent tokens repeat within the batch, as in real text.
-    ids = np.minimum(rng.zipf(1.3, (BATCH, LENGTH)), VOCAB - 1).astype("int32")
-    labels = rng.integers(0, CLASSES, (BATCH,)).astype("int32")
+    ids = np.minimum(rng.zipf(1.3, (rows, LENGTH)), VOCAB - 1).astype("int32")
+    labels = rng.integers(0, CLASSES, (rows,)).astype("int32")
     return ids, labels

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from .. import tfcompat
+from ..ir import optypes
 from ..ir.graph import OpGraph
 
 
@@ -71,6 +72,9 @@ def _shape(proto) -> list[int] | None:
 def op_call(graph: OpGraph, node_def, op: str) -> OpCall:
     """The raw_ops call of `op`, whose NodeDef in the flat GraphDef is `node_def`."""
     op_type = graph.op_type(op)
+    if optypes.has(op_type, optypes.COLLECTIVE):
+        raise NotReplayable("a cross-replica collective runs only with every replica taking part (alone it would "
+                            "wait for the others forever)")
     op_def = tfcompat.op_def(op_type)
     if op_def is None:
         raise NotReplayable(f"{op_type} is not a registered op here")

@@ -233,6 +233,10 @@ class Scope:
                          outputs=[(t.dtype.name, str(t.shape)) for t in op.outputs],
                          site=user_site, library_site=lib_site, device=op.device, role=roles.get(op.name, ""),
                          attrs_digest=attrs_digest(nodes[op.name]), **extra)
+        # A collective's resource input orders it among the others: no state. The handle may also pass through
+        # a branch or loop op to collectives in its body (MirroredStrategy's all-gather of sparse gradients).
+        tokens = {handle_source(t).op.name for op in scratch.get_operations()
+                  if optypes.has(op.type, optypes.COLLECTIVE) for t in op.inputs if t.dtype == tf.resource}
         for op in scratch.get_operations():
             me = op_id(op.name, region)
             for slot, t in enumerate(op.inputs):
@@ -241,7 +245,7 @@ class Scope:
                 graph.add_control_edge(op_id(c.name, region), me)
             resources, res_dtypes = [], {}
             for slot, t in enumerate(op.inputs):
-                if t.dtype != tf.resource or optypes.has(op.type, optypes.COLLECTIVE):  # an ordering token
+                if t.dtype != tf.resource or handle_source(t).op.name in tokens:
                     continue
                 var = resolve(t)
                 resources.append((slot, var))
