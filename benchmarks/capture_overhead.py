@@ -45,13 +45,14 @@ def sync_outputs(result) -> None:
 
 def setup(script: Path, device: str):
     from opbisect.session import setup_tensorflow
-    from opbisect.targets.loader import load_target
+    from opbisect.targets.loader import importable, load_target
     from opbisect.trace.trace import trace_step
 
     tf, kind = setup_tensorflow(device)
     if GRAPPLER_OFF:  # for both the plain and the instrumented step: isolates what capture costs in fusions
         tf.config.optimizer.set_experimental_options({name: False for name in GRAPPLER_OFF})
-    target = load_target(script)
+    with importable(script):  # the script may import its neighbours (bert_model.py)
+        target = load_target(script)
     args = target.make_inputs()
     return tf, kind, target, args, trace_step(target, args)
 

@@ -82,7 +82,8 @@ with importable(path):
 def wall(argv: list[str]) -> float:
     start = time.perf_counter()
     done = subprocess.run(argv, check=False, capture_output=True, text=True,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
+                               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
     if done.returncode not in (0, 1):  # 0 and 1 are verdicts; anything else is no timing
         raise RuntimeError(f"{argv[:4]} exited {done.returncode}: {done.stderr[-2000:]}")
     return time.perf_counter() - start

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import re
 
 from ..ir.graph import OpGraph
-from ..ir.ids import op_id, split_op_id
+from ..ir.ids import split_op_id
 from ..ir.optypes import remedy
 from ..record.model import Magnitude, Replay, Source
 from .compare import SourceOp
@@ -38,23 +39,35 @@ def source_row(graph: OpGraph, found: SourceOp | None, *, op: str | None = None,
     )
 
 
-_REPLICA = re.compile(r"^replica_(\d+)/")
+_REPLICA = re.compile(r"(?:^|/)replica_(\d+)/")
 
 
 @functools.lru_cache(maxsize=2)  # the graph of the step being reported
-def _replicated(graph: OpGraph) -> frozenset:
-    """The op ids of replica 0's copy of a replicated step: ops named X where `replica_1/X` exists (MirroredStrategy
-    names the copy for replica k > 0 under `replica_k/`, and replica 0's under no prefix)."""
-    return frozenset(op_id(m.group(1), r) for r, name in map(split_op_id, graph.g)
-                     for m in [re.match(r"^replica_1/(.*)$", name)] if m)
+def _replica_devices(graph: OpGraph) -> dict[str, int]:
+    """Device -> replica under tf.distribute. MirroredStrategy names replica k's ops (k > 0) `.../replica_k/...`
+    and places them on its k-th device; replica 0's ops carry no mark (and Keras renumbers their layer scopes), so
+    replica 0 is the one device of the same kind that no marked op uses."""
+    votes: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+    for op in graph.g:
+        found, device = _REPLICA.search(split_op_id(op)[1]), device_of(graph, op)
+        if found and device:
+            votes[int(found.group(1))][device] += 1
+    devices = {count.most_common(1)[0][0]: k for k, count in votes.items()}
+    kinds = {d.split(":")[0] for d in devices}
+    unmarked = {device_of(graph, op) for op in graph.g} - set(devices) - {""}
+    first = [d for d in unmarked if d.split(":")[0] in kinds]
+    if devices and len(first) == 1:
+        devices[first[0]] = 0
+    return devices
 
 
 def replica_of(graph: OpGraph, op: str) -> int | None:
-    """The replica an op belongs to under tf.distribute, or None (no strategy, or an op outside strategy.run)."""
-    found = _REPLICA.match(split_op_id(op)[1])
+    """The replica an op ran in under tf.distribute (its device's, for the per-device updates of mirrored
+    variables too), or None: no strategy, or a device no replica runs on."""
+    found = _REPLICA.search(split_op_id(op)[1])
     if found:
         return int(found.group(1))
-    return 0 if op in _replicated(graph) else None
+    return _replica_devices(graph).get(device_of(graph, op))
 
 
 def device_of(graph: OpGraph, op: str) -> str:
