@@ -130,3 +130,21 @@ def test_ranking_rule_puts_result_reaching_then_earliest_then_widest_then_larges
                                            "step_two", "harmless"]
     assert [s.rank for s in ranked] == [1, 2, 3, 4, 5, 6, 7]
     assert rank([]) == []
+
+
+def test_the_replica_of_an_op_follows_its_device_where_keras_marks_only_replicas_after_the_first():
+    """MirroredStrategy under Keras: replica 1's ops are `gradient_tape/replica_1/...` on the second device, replica
+    0's carry no mark (and other layer numbers), the per-device optimizer updates none either."""
+    from opbisect.analysis.sources import replica_of
+
+    g = OpGraph()
+    placed = {"gradient_tape/functional_1/dense_1_1/BiasAddGrad": "GPU:0",
+              "gradient_tape/replica_1/functional_1/dense_1_2/BiasAddGrad": "GPU:1",
+              "adam/update_0/UnsortedSegmentSum": "GPU:0", "adam/update_1/UnsortedSegmentSum": "GPU:1",
+              "Identity": "CPU:0", "loss/Const": ""}
+    for op, device in placed.items():
+        g.add_op(op, type="X", device=f"/job:localhost/replica:0/task:0/device:{device}" if device else "")
+    assert [replica_of(g, op) for op in placed] == [0, 1, 0, 1, None, None]
+    plain = OpGraph()
+    plain.add_op("dense/BiasAddGrad", type="X", device="/job:localhost/replica:0/task:0/device:GPU:0")
+    assert replica_of(plain, "dense/BiasAddGrad") is None  # no strategy
