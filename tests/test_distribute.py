@@ -104,6 +104,29 @@ inputs = (next(iter(strategy.experimental_distribute_dataset(dataset))),)
 """
 
 
+GENERATOR = TWO_CPUS + """
+with strategy.scope():
+    w = tf.Variable(tf.zeros([4]), name="w")
+    generator = tf.random.Generator.from_seed(1)  # under the scope: one stream per replica
+
+
+def replica_step(x):
+    noise = generator.normal([4])
+    w.assign_add(tf.reduce_mean(x) * tf.ones([4]))
+    return tf.reduce_sum(x) + tf.reduce_sum(noise)
+
+
+@tf.function
+def step(batch):
+    per_replica = strategy.run(replica_step, args=(batch,))
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+
+dataset = tf.data.Dataset.from_tensor_slices(rng.random((8, 4)).astype("float32")).batch(8)
+inputs = (next(iter(strategy.experimental_distribute_dataset(dataset))),)
+"""
+
+
 def _trace(tmp_path, body: str):
     script = tmp_path / "model_step.py"
     script.write_text(body)
@@ -162,3 +185,11 @@ def test_replicas_that_stay_in_step_are_not_a_divergence_and_metrics_are_not_mir
     assert ["sequential/dense/kernel", "sequential/dense/kernel/replica_1"] in mirrored
     assert not any("accuracy" in key or "total" in key for group in mirrored for key in group)  # SyncOnRead copies
     assert record["facts"]["replica_divergence"] is None
+
+
+def test_a_generator_drawn_from_inside_the_replicas_is_a_pre_flight_warning(tmp_path):
+    done, folder = _trace(tmp_path, GENERATOR)
+    assert done.returncode == 0, done.stderr[-3000:]  # its state is restored: the same draws every run
+    findings = json.loads((folder / "record.json").read_text())["findings"]
+    draws = [f for f in findings if f["level"] == "warning" and "tf.random.Generator" in f["message"]]
+    assert len(draws) == 1 and "2 draw(s)" in draws[0]["message"]  # one in each replica

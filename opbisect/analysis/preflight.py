@@ -5,6 +5,7 @@ how to fix it: unseeded stateful random ops, the input pipeline (tf.data), and t
 from __future__ import annotations
 
 import os
+import sys
 
 from .. import tfcompat
 from ..ir import optypes
@@ -19,6 +20,7 @@ def checks(trace, target) -> list[Finding]:
     if target.dataset is not None:
         found += dataset_findings(target.dataset)
     found += environment_findings(trace.graph)
+    found += distribute_findings(trace.graph)
     return found
 
 
@@ -91,4 +93,25 @@ def environment_findings(graph) -> list[Finding]:
         found.append(Finding("warning", f"cuDNN autotuning is on for {len(convs)} convolution op(s): each process "
                                         f"may pick other algorithms (runs in one process cannot see it: use "
                                         f"--processes); enable_op_determinism() picks deterministic ones"))
+    return found
+
+
+def distribute_findings(graph) -> list[Finding]:
+    """Known multi-device causes of results that change with the number of replicas or between runs."""
+    from .sources import replica_of
+
+    found = []
+    draws = [op for op in graph.ops if optypes.has(graph.op_type(op), optypes.RNG_STATE)
+             and replica_of(graph, op) is not None]
+    if draws:
+        shown = ", ".join(draws[:4]) + (" ..." if len(draws) > 4 else "")
+        found.append(Finding("warning", f"{len(draws)} draw(s) from a tf.random.Generator inside the replicas "
+                                        f"({shown}): a generator made under a strategy gives every replica its own "
+                                        f"stream, so the numbers (and the training) change with the number of "
+                                        f"replicas; draw outside strategy.run, or use tf.random.stateless_* seeded "
+                                        f"by the example, for results that do not depend on the replica count"))
+    if "horovod" in sys.modules and os.environ.get("HOROVOD_FUSION_THRESHOLD") != "0":
+        found.append(Finding("warning", "Horovod is loaded and its tensor fusion is on: which gradients share a "
+                                        "fused all-reduce buffer depends on timing, and so does the order of the "
+                                        "sums; set HOROVOD_FUSION_THRESHOLD=0 for a fixed order"))
     return found
