@@ -10,8 +10,7 @@ On a CPU, TensorFlow's own unsorted_segment_sum is already order-fixed (each thr
 rows and adds the input rows into them in input order), and O(n): patches placed on a CPU use it instead.
 
 Scatters combine the updates of each repeated index first, then scatter one update per index:
-- on a GPU, from one stable sort: each run of equal keys' last running sum, one row per key;
-- on a CPU, with tf.unique (first-occurrence order) and TensorFlow's order-fixed CPU segment sum;
+- outside XLA, with tf.unique (first-occurrence order, deterministic);
 - under XLA (no dynamic shapes), every position keeps its update slot, all but the last of each index get a
   zero: adding 0 in any order gives the same bits, so the atomics no longer matter.
 """
@@ -41,13 +40,11 @@ def _rank(x):
     return x.shape.rank if x.shape.rank is not None else tf.rank(x)
 
 
-def segmented_scan(rows, keys, longest=None):
+def segmented_scan(rows, keys):
     """The inclusive running sum of `rows` within each run of equal `keys` (sorted), in a fixed tree order.
 
-    Given `longest` (the longest run, a tensor), the doubling passes stop once they span it: log2 of the longest
-    run, not of the row count (passes beyond it add nothing, so the bits are the same). Otherwise, with the row
-    count known while tracing, the log2(n) passes are unrolled (no loop to run on the host between kernels), or
-    they run in a tf.while_loop."""
+    With the row count known while tracing, the log2(n) doubling passes are unrolled (no loop to run on the
+    host between kernels); otherwise they run in a tf.while_loop."""
     import tensorflow as tf
 
     n = tf.shape(keys)[0]
@@ -59,34 +56,14 @@ def segmented_scan(rows, keys, longest=None):
         return tf.where(_column(same, x), x + tf.gather(x, back), x)
 
     static = keys.shape[0]
-    if longest is None and static is not None:
+    if static is not None:
         offset = 1
         while offset < static:
             rows, offset = step(offset, rows), offset * 2
         return rows
-    bound = n if longest is None else tf.cast(longest, tf.int32)
-    _, sums = tf.while_loop(lambda offset, _: offset < bound, lambda offset, x: (offset * 2, step(offset, x)),
+    _, sums = tf.while_loop(lambda offset, _: offset < n, lambda offset, x: (offset * 2, step(offset, x)),
                             [tf.constant(1), rows])
     return sums
-
-
-def _run_ends(keys):
-    """[n] bool: the last row of each run of equal (sorted) keys."""
-    import tensorflow as tf
-
-    return tf.concat([tf.not_equal(keys[:-1], keys[1:]), tf.ones([1], tf.bool)], 0)[:tf.size(keys)]
-
-
-def longest_run(keys):
-    """The length of the longest run of equal (sorted) keys, 0 for none. Counted with integer adds, whose order
-    does not matter."""
-    import tensorflow as tf
-
-    n = tf.size(keys)
-    starts = tf.concat([tf.ones([1], tf.int32), tf.cast(tf.not_equal(keys[:-1], keys[1:]), tf.int32)], 0)[:n]
-    run = tf.cumsum(starts) - 1
-    counts = tf.math.unsorted_segment_sum(tf.ones([n], tf.int32), run, n)
-    return tf.reduce_max(tf.concat([counts, tf.zeros([1], tf.int32)], 0))
 
 
 def _sorted(keys, rows):
@@ -112,7 +89,7 @@ def segment_sum(rows, ids, num_segments, on_cpu: bool = False):
     keys = tf.concat([keys, tf.reshape(num + 1, [1])], 0)
     rows = tf.concat([rows, tf.zeros(tf.concat([[1], tf.shape(rows)[1:]], 0), rows.dtype)], 0)
     _, keys, rows = _sorted(keys, rows)
-    sums = segmented_scan(rows, keys, longest_run(keys))
+    sums = segmented_scan(rows, keys)
     wanted = tf.range(num, dtype=tf.int64)
     last = tf.maximum(tf.searchsorted(keys, wanted, side="right", out_type=tf.int64) - 1, 0)
     found = tf.equal(tf.gather(keys, last), wanted)
@@ -130,21 +107,18 @@ def _as_rows(data, ids):
 
 def combine(keys, rows, ctx):
     """(positions, sums): one update per distinct key, the sum of that key's rows, at a position holding the
-    key. Off a CPU one stable sort serves both: the sums are the running sums at the end of each run of equal
-    keys. Under XLA (no dynamic shapes) every position stays, and all but the last of each key carry zeros."""
+    key. Under XLA every position stays, and all but the last of each key carry zeros."""
     import tensorflow as tf
 
-    if ctx.on_cpu and not ctx.xla:
+    if not ctx.xla:
         unique, slot = tf.unique(keys)
         count = tf.size(unique)
         first = tf.math.unsorted_segment_min(tf.range(tf.size(keys)), slot, count)  # a min: order-free
-        return first, segment_sum(rows, slot, count, on_cpu=True)
+        return first, segment_sum(rows, slot, count, ctx.on_cpu)
     order, keys, rows = _sorted(keys, rows)
-    sums = segmented_scan(rows, keys, longest_run(keys))
-    last = _run_ends(keys)
-    if ctx.xla:
-        return order, tf.where(_column(last, sums), sums, tf.zeros_like(sums))
-    return tf.boolean_mask(order, last), tf.boolean_mask(sums, last)
+    sums = segmented_scan(rows, keys)
+    last = tf.concat([tf.not_equal(keys[:-1], keys[1:]), tf.ones([1], tf.bool)], 0)[:tf.size(keys)]
+    return order, tf.where(_column(last, sums), sums, tf.zeros_like(sums))
 
 
 _SEGMENT_HOW = "stable sort by id, then a segmented sum by doubling: the same adds in the same order every run"
