@@ -175,6 +175,8 @@ def test_copies_of_a_mirrored_variable_that_disagree_between_replicas_are_a_find
     record = json.loads((folder / "record.json").read_text())
     assert record["meta"]["mirrored"] == [["v", "v/replica_1"], ["w", "w/replica_1"]]
     assert record["facts"]["replica_divergence"] == {"step": 1, "variables": ["v"], "runs": 3}
+    summary = json.loads((folder / "report.json").read_text())
+    assert summary["replica_divergence"] == record["facts"]["replica_divergence"]
 
 
 def test_replicas_that_stay_in_step_are_not_a_divergence_and_metrics_are_not_mirrored(tmp_path):

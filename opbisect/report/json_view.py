@@ -19,6 +19,8 @@ def summary(record: Record) -> dict:
         "grappler": dataclasses.asdict(record.facts.grappler),
         "observer": dataclasses.asdict(record.facts.observer),
         "findings": [dataclasses.asdict(f) for f in record.findings],
+        "replica_divergence": (dataclasses.asdict(record.facts.replica_divergence)
+                               if record.facts.replica_divergence else None),
         "processes": dataclasses.asdict(record.processes) if record.processes else None,
         "sources": sources,
     }
