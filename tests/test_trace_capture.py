@@ -332,3 +332,22 @@ data = (tf.ones([2, 4]), tf.ones([2, 1]))
     with pytest.raises(TargetError) as raised:
         load_target(script)
     assert "'Broken' object has no attribute 'no_such_weight'" in str(raised.value)
+
+
+def test_where_the_fused_op_cannot_be_built_a_gpu_falls_back_to_the_weighted_sum_once_and_says_so(monkeypatch,
+                                                                                                  tmp_path):
+    from opbisect.capture import fingerprint, kernels
+
+    monkeypatch.setenv("OPBISECT_CACHE", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-compiler-here"))
+    monkeypatch.setattr(kernels, "cuda_home", lambda: None)
+    fp, note = fingerprint.for_device("gpu")
+    assert fp.key == "wsum" and "could not be built" in note
+    with pytest.raises(kernels.BuildError):
+        fingerprint.for_device("cpu", choice="fused")  # no g++ on this PATH: the CPU build fails, and says so
+    remembered = list(tmp_path.glob("*/build-failed.txt"))
+    assert len(remembered) == 2  # one per build (CUDA, CPU): the next run does not try the compiler again
+    monkeypatch.setattr(kernels, "_compile", lambda *a: pytest.fail("compiled again"))
+    assert fingerprint.for_device("gpu")[0].key == "wsum"
+    with pytest.raises(kernels.BuildError):
+        fingerprint.for_device("cpu", choice="fused")

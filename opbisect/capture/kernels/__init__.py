@@ -36,7 +36,10 @@ def _key(cuda: bool) -> str:
 
 
 def _run(cmd: list[str]) -> None:
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as exc:  # no compiler on this machine
+        raise BuildError(f"{cmd[0]} could not run ({exc.strerror})") from None
     if done.returncode:
         raise BuildError(f"{' '.join(cmd[:3])} ... failed:\n{done.stderr[-3000:]}")
 
@@ -50,14 +53,25 @@ def cuda_home() -> Path | None:
 
 
 def build(cuda: bool) -> Path:
-    """Compile the op library (with its CUDA kernel when `cuda`) into the cache; return its path."""
-    import tensorflow as tf
-
+    """Compile the op library (with its CUDA kernel when `cuda`) into the cache; return its path. A failed build
+    is remembered in the cache too (delete build-failed.txt to try again)."""
     out = cache_dir() / _key(cuda)
-    lib = out / "opbisect_fingerprint.so"
+    lib, failed = out / "opbisect_fingerprint.so", out / "build-failed.txt"
     if lib.exists():
         return lib
+    if failed.exists():  # this machine could not build it: do not pay the compiler again on every run
+        raise BuildError(failed.read_text())
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _compile(out, lib, cuda)
+    except BuildError as exc:
+        failed.write_text(str(exc))
+        raise
+
+
+def _compile(out: Path, lib: Path, cuda: bool) -> Path:
+    import tensorflow as tf
+
     cflags, lflags = tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
     objects, defines, libs = [], [], []
     if cuda:
