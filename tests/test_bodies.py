@@ -163,7 +163,7 @@ class NoisyFrom(keras.layers.Layer):  # planted: varies in every run once the lo
     def call(self, x, i):
         draw = lambda i: np.float32(np.random.default_rng().random() * (i >= 2))  # noqa: E731
         noise = tf.numpy_function(draw, [i], tf.float32, name="noise")
-        return x + tf.ensure_shape(noise, [])
+        return x * (1 + tf.ensure_shape(noise, []))  # a scale: softmax ignores a shift of every logit
 
 
 model = keras.Sequential([keras.Input((8,), dtype="int32"), keras.layers.Embedding(100, 16),

@@ -115,7 +115,7 @@ class NoisyOnRepeats(keras.layers.Layer):  # planted: varies only on a batch of 
         h, tokens = inputs
         draw = lambda t: np.float32(np.random.default_rng().random() * (t.max() < 16))  # noqa: E731
         noise = tf.numpy_function(draw, [tokens], tf.float32, name="noise")
-        return h + tf.ensure_shape(noise, [])
+        return h * (1 + tf.ensure_shape(noise, []))  # a scale: softmax ignores a shift of every logit
 
 
 tokens = keras.Input((8,), dtype="int32")
