@@ -107,17 +107,15 @@ def reduce_per_replica(values, strategy):
     return keras_reduce(values, strategy, reduction="auto")
 
 
-def mirrored_copies(variables) -> list[list]:
-    """The per-replica copies of each tf.distribute MirroredVariable (synchronised on write) among `variables`'
-    containers, in replica order. A copy does not point back at its container, so the containers are found
-    among the live objects; SyncOnRead variables (Keras metrics) are left out: their copies differ by design."""
+def mirrored_copies() -> list[list]:
+    """The per-replica copies of each live tf.distribute MirroredVariable (synchronised on write), in replica
+    order. A copy does not point back at its container, so the containers are found among the live objects;
+    SyncOnRead variables (Keras metrics) are left out: their copies differ by design."""
     import gc
 
     from tensorflow.python.distribute import values as distribute_values
 
-    handles = {id(v.handle) for v in variables}
-    return [list(o.values) for o in gc.get_objects()
-            if isinstance(o, distribute_values.MirroredVariable) and id(o.values[0].handle) in handles]
+    return [list(o.values) for o in gc.get_objects() if isinstance(o, distribute_values.MirroredVariable)]
 
 
 def model_strategy(model):

@@ -202,7 +202,7 @@ def mirrored_keys(variables: dict) -> list[list[str]]:
         return []
     key_of = {id(v.handle): k for k, v in variables.items()}
     groups = [[key_of[id(c.handle)] for c in copies if id(c.handle) in key_of]
-              for copies in tfcompat.mirrored_copies(variables.values())]
+              for copies in tfcompat.mirrored_copies()]
     return sorted(g for g in groups if len(g) > 1)
 
 
