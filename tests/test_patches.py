@@ -1,7 +1,8 @@
 """Each patch against the op it replaces: bitwise equal where summation order cannot matter (integer-valued
 floats, exactly representable sums), within a stated tolerance otherwise; the same bits over 20 runs; gradients
-through the replacement equal the op's. Every patch is checked in its three forms: the sorted doubling sum
-(what runs on a GPU), the CPU form, and the XLA form (compiled with jit_compile)."""
+through the replacement equal the op's. Every patch is checked in its three forms: the GPU form (TensorFlow's
+sort-based segment kernels, run here on their CPU kernels), the CPU form, and the XLA form (the sorted doubling
+scan, compiled with jit_compile)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opbisect.patches import PATCHES, PatchContext
+from opbisect.patches import PATCHES, PatchContext, reductions
 
-FORMS = {"sorted": dict(xla=False, on_cpu=False), "cpu": dict(xla=False, on_cpu=True),
+FORMS = {"gpu": dict(xla=False, on_cpu=False), "cpu": dict(xla=False, on_cpu=True),
          "xla": dict(xla=True, on_cpu=False)}
 RTOL = 1e-5  # float32 sums of up to a few thousand terms, in another order
 
@@ -87,6 +88,21 @@ def test_resource_scatters_with_duplicate_indices_write_what_the_op_writes(rng, 
     assert bitwise(ours.numpy(), plain.numpy())
 
 
+@pytest.mark.parametrize("count", [0, 300])
+def test_a_scatter_whose_update_count_is_known_only_at_run_time(rng, count):
+    start = integers(rng, (20, 3))
+    indices = tf.constant(rng.integers(0, 4, count).astype(np.int64))
+    updates = integers(rng, (count, 3))
+    plain, ours = tf.Variable(start), tf.Variable(start)
+    plain.scatter_add(tf.IndexedSlices(updates, indices))
+    ctx = PatchContext(op_type="ResourceScatterAdd", attrs={}, **FORMS["gpu"])
+    fn = tf.function(lambda h, i, u: PATCHES["ResourceScatterAdd"].build(ctx, h, i, u),
+                     input_signature=[tf.TensorSpec([], tf.resource), tf.TensorSpec([None], tf.int64),
+                                      tf.TensorSpec([None, 3])])
+    fn(ours.handle, indices, updates)
+    assert bitwise(ours.numpy(), plain.numpy())
+
+
 @pytest.mark.parametrize("form", FORMS)
 def test_a_scalar_update_is_broadcast_like_the_op(form):
     plain, ours = tf.Variable(tf.zeros([5, 2])), tf.Variable(tf.zeros([5, 2]))
@@ -117,7 +133,7 @@ def test_nd_scatters_combine_repeated_index_rows(rng, form):
     assert bitwise(ours.numpy(), plain.numpy())
 
 
-@pytest.mark.parametrize("form", ["sorted", "cpu"])  # no XLA kernel for bincount's shape-from-value output
+@pytest.mark.parametrize("form", ["gpu", "cpu"])  # no XLA kernel for bincount's shape-from-value output
 def test_weighted_bincount_is_a_segment_sum(rng, form):
     values = tf.constant(rng.integers(0, 12, 700).astype(np.int32))  # 10, 11: past `size`, dropped
     weights = integers(rng, (700,))
@@ -182,7 +198,7 @@ def test_resize_bilinear_grad_is_the_kernels_gradient(rng, form, align, half):
 def test_twenty_runs_give_the_same_bits(rng):
     data = tf.constant(rng.normal(size=(20000, 16)).astype(np.float32))
     ids = tf.constant(rng.integers(0, 8, 20000).astype(np.int32))
-    runs = {patched("UnsortedSegmentSum", "sorted", data, ids, tf.constant(8))[0].tobytes() for _ in range(20)}
+    runs = {patched("UnsortedSegmentSum", "gpu", data, ids, tf.constant(8))[0].tobytes() for _ in range(20)}
     assert len(runs) == 1
 
 
@@ -211,20 +227,24 @@ def test_gradients_through_the_replacements_are_the_ops_gradients(rng):
 
 
 @settings(max_examples=25, deadline=None)
-@given(n=st.integers(1, 300), segments=st.integers(1, 40), seed=st.integers(0, 2 ** 16))
-def test_the_doubling_sum_is_the_segment_sum_for_any_ids(n, segments, seed):
+@given(n=st.integers(0, 300), segments=st.integers(1, 40), seed=st.integers(0, 2 ** 16))
+def test_the_sorted_kernels_and_the_doubling_scan_are_the_segment_sum_for_any_ids(n, segments, seed):
     rng = np.random.default_rng(seed)
     data = integers(rng, (n, 2))
-    ids = tf.constant(rng.integers(-2, segments, n).astype(np.int32))
-    (got,) = patched("UnsortedSegmentSum", "sorted", data, ids, tf.constant(segments))
-    assert bitwise(got, tf.math.unsorted_segment_sum(data, ids, segments).numpy())
+    ids = rng.integers(-2, segments + 2, n).astype(np.int32)  # some below, some past the end: dropped, as on a GPU
+    want = np.zeros((segments, 2), np.float32)
+    kept = (ids >= 0) & (ids < segments)
+    np.add.at(want, ids[kept], data.numpy()[kept])  # exact: integer-valued
+    ids = tf.constant(ids)
+    (got,) = patched("UnsortedSegmentSum", "gpu", data, ids, tf.constant(segments))
+    assert bitwise(got, want)
+    assert bitwise(tf.function(reductions._scan_sum)(data, ids, tf.constant(segments)).numpy(), want)
 
 
-def test_rows_unknown_while_tracing_take_the_loop_form(rng):
+def test_rows_unknown_while_tracing_take_the_loop_form_of_the_scan(rng):
     data = tf.constant(rng.normal(size=(777, 3)).astype(np.float32))
     ids = tf.constant(rng.integers(0, 5, 777).astype(np.int32))
-    ctx = PatchContext(op_type="UnsortedSegmentSum", attrs={}, xla=False)
-    fn = tf.function(lambda d, i: PATCHES["UnsortedSegmentSum"].build(ctx, d, i, tf.constant(5))[0],
+    fn = tf.function(lambda d, i: reductions._scan_sum(d, i, tf.constant(5)),
                      input_signature=[tf.TensorSpec([None, 3]), tf.TensorSpec([None], tf.int32)])
     assert {"While", "StatelessWhile"} & {op.type for op in fn.get_concrete_function().graph.get_operations()}
     np.testing.assert_allclose(fn(data, ids).numpy(), tf.math.unsorted_segment_sum(data, ids, 5).numpy(), rtol=RTOL)

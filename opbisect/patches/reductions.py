@@ -1,16 +1,22 @@
 """Sums whose order a GPU's atomics or a CPU's threads pick: segment sums and scatters with duplicate indices.
 
-One deterministic building block does them all: sort the rows by key (a stable sort), then a segmented
-inclusive scan by doubling (Hillis-Steele), in which every row's partial sum is formed by the same adds in the
-same tree order on every run. Only sorts, gathers, `where` and elementwise adds run: no atomics, no scatter with
-a repeated index. It is not NVIDIA's float64 upcast (which was shown not to be deterministic): the sum stays in
-the data's dtype, in a fixed order.
-
-On a CPU, TensorFlow's own unsorted_segment_sum is already order-fixed (each thread owns a range of output
-rows and adds the input rows into them in input order), and O(n): patches placed on a CPU use it instead.
+Every one becomes a sum per key in a fixed order, built three ways (`_path` picks one per node):
+- **gpu** (a GPU outside XLA, floating dtypes): TensorFlow's own sort-based kernels for the gradients of the
+  sparse segment sums, `SparseSegmentSumGrad` (a dense sum per key) and `SparseSegmentSumGradV2` (one sum per
+  distinct key, and the sorted keys). On a GPU, TF 2.21 runs both as a stable radix sort of the keys, then
+  `SegmentReduceGPU` (one thread per output element adds its segment's rows in order, a fixed tree in shared
+  memory when a block spans rows), always, with no switch: `segment_reduction_ops_gpu.cu.h` calls it
+  deterministic. Five kernels, where the scan below takes about 60.
+- **scan** (under XLA, and any other dtype): sort the rows by key (a stable sort), then a segmented inclusive
+  scan by doubling (Hillis-Steele), in which every row's partial sum is formed by the same adds in the same tree
+  order on every run. Only sorts, gathers, `where` and elementwise adds: no atomics, no repeated scatter index.
+- **cpu**: TensorFlow's own unsorted_segment_sum is already order-fixed on a CPU (each thread owns a range of
+  output rows and adds the input rows into them in input order), and O(n).
+None is NVIDIA's float64 upcast (which was shown not to be deterministic): the sum stays in a fixed order.
 
 Scatters combine the updates of each repeated index first, then scatter one update per index:
-- outside XLA, with tf.unique (first-occurrence order, deterministic);
+- on a GPU, with SparseSegmentSumGradV2 (the distinct keys, sorted, and their sums);
+- elsewhere outside XLA, with tf.unique (first-occurrence order, deterministic) and a segment sum;
 - under XLA (no dynamic shapes), every position keeps its update slot, all but the last of each index get a
   zero: adding 0 in any order gives the same bits, so the atomics no longer matter.
 """
@@ -73,14 +79,75 @@ def _sorted(keys, rows):
     return order, tf.gather(keys, order), tf.gather(rows, order)
 
 
-def segment_sum(rows, ids, num_segments, on_cpu: bool = False):
+_SORT_KERNEL_DTYPES = ("float16", "bfloat16", "float32", "float64")  # TF's GPU kernels of the two ops
+
+
+def _path(ctx, dtype) -> str:
+    """Which of the three forms above a node gets: "cpu", "gpu" or "scan"."""
+    if ctx.on_cpu:
+        return "cpu"
+    if not ctx.xla and dtype.name in _SORT_KERNEL_DTYPES:
+        return "gpu"
+    return "scan"
+
+
+def segment_sum(rows, ids, num_segments, ctx):
     """unsorted_segment_sum(rows, ids, num_segments) over the first axis, deterministically. Ids outside
     [0, num_segments) are dropped, as the GPU kernel drops them."""
     import tensorflow as tf
 
-    if on_cpu:
+    path = _path(ctx, rows.dtype)
+    if path == "cpu":
         with tf.device("/device:CPU:0"):
             return tf.math.unsorted_segment_sum(rows, ids, num_segments)
+    if path == "gpu":
+        return _sorted_kernel_sum(rows, ids, num_segments)
+    return _scan_sum(rows, ids, num_segments)
+
+
+def _spare_key(keys, num):
+    """`keys` as int32 with every key outside [0, num) replaced by num, so that one extra segment collects them.
+    The kernels take an int32 output size: a first dimension of 2**31 - 1 or more cannot be patched this way."""
+    import tensorflow as tf
+
+    num = tf.cast(num, tf.int64)
+    keys = tf.cast(keys, tf.int64)
+    return tf.cast(tf.where((keys >= 0) & (keys < num), keys, num), tf.int32), tf.cast(num + 1, tf.int32)
+
+
+def _unless_empty(keys, build, empty):
+    """build() when there is at least one key, else empty(): the sort kernels' CPU forms leave their output
+    uninitialised on no input, and SparseSegmentSumGradV2's GPU form reads the key before the first."""
+    import tensorflow as tf
+
+    static = keys.shape[0]
+    if static is not None:
+        return build() if static > 0 else empty()
+    return tf.cond(tf.size(keys) > 0, build, empty)
+
+
+def _sorted_kernel_sum(rows, ids, num_segments):
+    import tensorflow as tf
+
+    keys, size = _spare_key(ids, num_segments)
+    nothing = tf.zeros(tf.concat([[size - 1], tf.shape(rows)[1:]], 0), rows.dtype)
+
+    @tf.custom_gradient
+    def summed(rows):
+        total = tf.raw_ops.SparseSegmentSumGrad(grad=rows, indices=keys, segment_ids=tf.range(tf.size(keys)),
+                                                output_dim0=size)
+
+        def gradient(upstream):  # the op's own gradient: each row gets its segment's, a dropped row zeros
+            spare = tf.zeros(tf.concat([[1], tf.shape(upstream)[1:]], 0), upstream.dtype)
+            return tf.gather(tf.concat([upstream, spare], 0), keys)
+
+        return total[:size - 1], gradient  # the spare segment, last, is dropped (the slice shares the buffer)
+
+    return _unless_empty(keys, lambda: summed(rows), lambda: nothing)
+
+
+def _scan_sum(rows, ids, num_segments):
+    import tensorflow as tf
 
     num = tf.cast(num_segments, tf.int64)
     ids = tf.cast(ids, tf.int64)
@@ -114,7 +181,7 @@ def combine(keys, rows, ctx):
         unique, slot = tf.unique(keys)
         count = tf.size(unique)
         first = tf.math.unsorted_segment_min(tf.range(tf.size(keys)), slot, count)  # a min: order-free
-        return first, segment_sum(rows, slot, count, ctx.on_cpu)
+        return first, segment_sum(rows, slot, count, ctx)
     order, keys, rows = _sorted(keys, rows)
     sums = segmented_scan(rows, keys)
     last = tf.concat([tf.not_equal(keys[:-1], keys[1:]), tf.ones([1], tf.bool)], 0)[:tf.size(keys)]
@@ -129,7 +196,7 @@ def unsorted_segment_sum(ctx, data, segment_ids, num_segments):
     import tensorflow as tf
 
     rows, ids = _as_rows(data, segment_ids)
-    return [tf.cast(segment_sum(rows, ids, num_segments, ctx.on_cpu), data.dtype)]
+    return [tf.cast(segment_sum(rows, ids, num_segments, ctx), data.dtype)]
 
 
 @register("SegmentSum", how=_SEGMENT_HOW, switch=SEGMENT_SWITCH)
@@ -138,7 +205,7 @@ def sorted_segment_sum(ctx, data, segment_ids):
 
     n = tf.size(segment_ids)
     num = tf.where(n > 0, tf.cast(segment_ids[tf.maximum(n - 1, 0)], tf.int64) + 1, 0)
-    return [segment_sum(data, segment_ids, num, ctx.on_cpu)]
+    return [segment_sum(data, segment_ids, num, ctx)]
 
 
 @register("SparseSegmentSum", how=_SEGMENT_HOW, switch=SEGMENT_SWITCH)
@@ -165,13 +232,24 @@ def _gather(data, indices):
 _SCATTER_HOW = "the updates of each repeated index summed deterministically first, then one update per index"
 
 
-def _scatter(ctx, write, target, indices, updates, slice_shape):
-    """Call `write(target, indices, updates)` with duplicates combined; `slice_shape` is the shape each index
-    addresses (to broadcast a scalar update)."""
+def _scatter(ctx, write, target, indices, updates, slice_rows, slice_shape):
+    """Call `write(target, indices, updates)` with duplicates combined; `slice_rows` is the target's first
+    dimension, `slice_shape` the shape each index addresses (to broadcast a scalar update)."""
     import tensorflow as tf
 
     updates = tf.broadcast_to(updates, tf.concat([tf.shape(indices), slice_shape], 0))
     rows, keys = _as_rows(updates, indices)
+    if _path(ctx, rows.dtype) == "gpu":
+        # Every key outside the target's rows goes to the spare key (its first dimension), which the write then
+        # ignores, as the GPU kernel ignores an index out of range.
+        keys, size = _spare_key(keys, slice_rows)
+
+        def combined():
+            sums, distinct = tf.raw_ops.SparseSegmentSumGradV2(
+                grad=rows, indices=keys, segment_ids=tf.range(tf.size(keys)), dense_output_dim0=size)
+            write(target, distinct, sums)
+
+        return _unless_empty(keys, combined, lambda: None)
     positions, sums = combine(tf.cast(keys, tf.int64), rows, ctx)
     return write(target, tf.gather(keys, positions), sums)
 
@@ -190,8 +268,9 @@ def _resource_scatter(ctx, op_type: str, resource, indices, updates):
     import tensorflow as tf
 
     write = getattr(tf.raw_ops, op_type)
-    slice_shape = tf.raw_ops.VariableShape(input=resource, out_type=tf.int32)[1:]
-    _scatter(ctx, lambda r, i, u: write(resource=r, indices=i, updates=u), resource, indices, updates, slice_shape)
+    shape = tf.raw_ops.VariableShape(input=resource, out_type=tf.int64)
+    _scatter(ctx, lambda r, i, u: write(resource=r, indices=i, updates=u), resource, indices, updates, shape[0],
+             tf.cast(shape[1:], tf.int32))
     return []
 
 
@@ -265,7 +344,7 @@ def dense_bincount(ctx, values, size, weights):
         row = tf.range(tf.shape(v, out_type=tf.int64)[0])[:, None]
         flat = tf.where((v >= 0) & (v < size), row * size + v, -1)
         counts = segment_sum(tf.reshape(w, [-1]), tf.reshape(flat, [-1]), tf.shape(v, out_type=tf.int64)[0] * size,
-                             ctx.on_cpu)
+                             ctx)
         return [tf.reshape(counts, [-1, size])]
     v = tf.where((v >= 0) & (v < size), v, -1)  # dropped, as bincount drops values past `size`
-    return [segment_sum(tf.reshape(w, [-1]), tf.reshape(v, [-1]), size, ctx.on_cpu)]
+    return [segment_sum(tf.reshape(w, [-1]), tf.reshape(v, [-1]), size, ctx)]
