@@ -227,7 +227,7 @@ def test_gradients_through_the_replacements_are_the_ops_gradients(rng):
 
 
 @settings(max_examples=25, deadline=None)
-@given(n=st.integers(0, 300), segments=st.integers(1, 40), seed=st.integers(0, 2 ** 16))
+@given(n=st.integers(0, 800), segments=st.integers(1, 40), seed=st.integers(0, 2 ** 16))
 def test_the_sorted_kernels_and_the_doubling_scan_are_the_segment_sum_for_any_ids(n, segments, seed):
     rng = np.random.default_rng(seed)
     data = integers(rng, (n, 2))
@@ -239,6 +239,20 @@ def test_the_sorted_kernels_and_the_doubling_scan_are_the_segment_sum_for_any_id
     (got,) = patched("UnsortedSegmentSum", "gpu", data, ids, tf.constant(segments))
     assert bitwise(got, want)
     assert bitwise(tf.function(reductions._scan_sum)(data, ids, tf.constant(segments)).numpy(), want)
+
+
+@pytest.mark.parametrize("size", [7, 2 ** 30 + 1])  # 2**30 + 1 keys leave room for one chunk only (int32)
+def test_the_first_stage_sums_each_key_within_chunks_of_consecutive_rows(rng, size):
+    keys = np.minimum(rng.zipf(1.3, 2000) - 1, 6).astype(np.int32)  # skewed: key 0 holds most rows
+    rows = integers(rng, (2000, 3))
+    got_keys, got = (t.numpy() for t in reductions._presum(tf.constant(keys), rows, tf.constant(size)))
+    chunks = 8 if size == 7 else 1  # 2000 rows in chunks of 256
+    assert (np.diff(got_keys) >= 0).all() and np.bincount(got_keys).max() <= chunks
+    want = np.zeros((7, 3), np.float32)
+    np.add.at(want, keys, rows.numpy())
+    total = np.zeros((7, 3), np.float32)
+    np.add.at(total, got_keys, got)
+    assert bitwise(total, want)
 
 
 def test_rows_unknown_while_tracing_take_the_loop_form_of_the_scan(rng):

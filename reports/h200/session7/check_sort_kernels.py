@@ -69,7 +69,16 @@ with tf.device("/GPU:0" if kind == "gpu" else "/CPU:0"):
     print("patched ResourceScatterAdd distinct/20:", scatter_runs(ours))
     table = tf.Variable(tf.zeros([rows, width]))
     spread = tf.constant(rng.integers(0, rows, n), tf.int32)  # an embedding's batch: few duplicates
-    for name, i in (("1000 distinct rows", ids), (f"ids over {rows} rows", spread)):
+    zipf = tf.constant(np.minimum(rng.zipf(1.2, n) - 1, rows - 1), tf.int32)  # skewed: row 0 holds a third
+    for name, i in (("zipf ids", zipf),):  # the table starts at 1: rounding in the update shows
+        exact = tf.math.unsorted_segment_sum(tf.cast(data, tf.float64), i, rows) + 1.0
+        for label, fn in (("plain", plain), ("patched", ours)):
+            v = tf.Variable(tf.ones([rows, width]))
+            fn(v, i, data)
+            print(f"{label} scatter ({name}), max abs difference from the float64 result:",
+                  float(tf.reduce_max(tf.abs(tf.cast(v, tf.float64) - exact))))
+            del v
+    for name, i in (("1000 distinct rows", ids), (f"ids over {rows} rows", spread), ("zipf ids", zipf)):
         times = {"plain": [], "patched": []}
         for _ in range(60 if kind == "gpu" else 12):
             for label, fn in (("plain", plain), ("patched", ours)):
