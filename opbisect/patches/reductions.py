@@ -105,14 +105,25 @@ def segment_sum(rows, ids, num_segments, ctx):
     return _scan_sum(rows, ids, num_segments)
 
 
-def _spare_key(keys, num):
-    """`keys` as int32 with every key outside [0, num) replaced by num, so that one extra segment collects them.
-    The kernels take an int32 output size: a first dimension of 2**31 - 1 or more cannot be patched this way."""
+def _on_host():
+    """Where the sizes are computed: the kernels read their output size from host memory, and a size computed on
+    the GPU would cost a copy back to the host that waits for everything queued before it."""
     import tensorflow as tf
 
-    num = tf.cast(num, tf.int64)
+    return tf.device("/device:CPU:0")
+
+
+def _spare_key(keys, num):
+    """`keys` as int32 with every key outside [0, num) replaced by num, so that one extra segment collects them,
+    and num + 1 (on the host). The kernels take an int32 output size: a first dimension of 2**31 - 1 or more
+    cannot be patched this way."""
+    import tensorflow as tf
+
+    with _on_host():
+        num = tf.cast(num, tf.int64)
+        size = tf.cast(num + 1, tf.int32)
     keys = tf.cast(keys, tf.int64)
-    return tf.cast(tf.where((keys >= 0) & (keys < num), keys, num), tf.int32), tf.cast(num + 1, tf.int32)
+    return tf.cast(tf.where((keys >= 0) & (keys < num), keys, num), tf.int32), size
 
 
 def _unless_empty(keys, build, empty):
@@ -124,7 +135,9 @@ def _unless_empty(keys, build, empty):
     static = keys.shape[0]
     if static is not None:
         return build() if static > 0 else empty()
-    return tf.cond(tf.size(keys) > 0, build, empty)
+    with _on_host():
+        some = tf.size(keys) > 0
+    return tf.cond(some, build, empty)
 
 
 _CHUNK = 256  # rows: the longest run of one key that the sort kernels add up in one thread
@@ -140,15 +153,16 @@ def _presum(keys, rows, size):
 
     if keys.shape[0] is not None and keys.shape[0] <= _CHUNK:
         return keys, rows
-    n = tf.size(keys, out_type=tf.int64)
-    size = tf.cast(size, tf.int64)
-    # The (key, chunk) pairs are numbered key * chunks + chunk, which must stay below 2**31 - 1 (the kernels'
-    # int32 output size): a very large table gets fewer, longer chunks.
-    chunks = tf.maximum(tf.minimum((n + _CHUNK - 1) // _CHUNK, (2 ** 31 - 2) // size), 1)
+    with _on_host():
+        n = tf.size(keys, out_type=tf.int64)
+        size = tf.cast(size, tf.int64)
+        # The (key, chunk) pairs are numbered key * chunks + chunk, which must stay below 2**31 - 1 (the kernels'
+        # int32 output size): a very large table gets fewer, longer chunks.
+        chunks = tf.maximum(tf.minimum((n + _CHUNK - 1) // _CHUNK, (2 ** 31 - 2) // size), 1)
+        pairs_size = tf.cast(size * chunks, tf.int32)
     pair = tf.cast(keys, tf.int64) * chunks + tf.range(n) * chunks // n
     sums, pairs = tf.raw_ops.SparseSegmentSumGradV2(grad=rows, indices=tf.cast(pair, tf.int32),
-                                                    segment_ids=tf.range(tf.size(keys)),
-                                                    dense_output_dim0=tf.cast(size * chunks, tf.int32))
+                                                    segment_ids=tf.range(tf.size(keys)), dense_output_dim0=pairs_size)
     return tf.cast(tf.cast(pairs, tf.int64) // chunks, tf.int32), sums
 
 
@@ -156,7 +170,9 @@ def _sorted_kernel_sum(rows, ids, num_segments):
     import tensorflow as tf
 
     keys, size = _spare_key(ids, num_segments)
-    nothing = tf.zeros(tf.concat([[size - 1], tf.shape(rows)[1:]], 0), rows.dtype)
+    with _on_host():
+        segments = size - 1
+    nothing = tf.zeros(tf.concat([[segments], tf.shape(rows)[1:]], 0), rows.dtype)
 
     @tf.custom_gradient
     def summed(rows):
@@ -168,7 +184,7 @@ def _sorted_kernel_sum(rows, ids, num_segments):
             spare = tf.zeros(tf.concat([[1], tf.shape(upstream)[1:]], 0), upstream.dtype)
             return tf.gather(tf.concat([upstream, spare], 0), keys)
 
-        return total[:size - 1], gradient  # the spare segment, last, is dropped (the slice shares the buffer)
+        return total[:segments], gradient  # the spare segment, last, is dropped (the slice shares the buffer)
 
     return _unless_empty(keys, lambda: summed(rows), lambda: nothing)
 
@@ -297,9 +313,11 @@ def _resource_scatter(ctx, op_type: str, resource, indices, updates):
     import tensorflow as tf
 
     write = getattr(tf.raw_ops, op_type)
-    shape = tf.raw_ops.VariableShape(input=resource, out_type=tf.int64)
-    _scatter(ctx, lambda r, i, u: write(resource=r, indices=i, updates=u), resource, indices, updates, shape[0],
-             tf.cast(shape[1:], tf.int32))
+    shape = tf.raw_ops.VariableShape(input=resource, out_type=tf.int64)  # on the variable's device, into host memory
+    with _on_host():
+        rows, slice_shape = shape[0], tf.cast(shape[1:], tf.int32)
+    _scatter(ctx, lambda r, i, u: write(resource=r, indices=i, updates=u), resource, indices, updates, rows,
+             slice_shape)
     return []
 
 

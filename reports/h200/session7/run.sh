@@ -6,6 +6,7 @@
 #                                               # opbisect verify on the four steps with large-table scatters
 #   bash reports/h200/session7/run.sh sparse2   # opbisect verify on the other steps with patched scatters or
 #                                               # segment sums
+#   bash reports/h200/session7/run.sh final     # the scatter steps again, after a change (see the README)
 # Each verify is the command of reports/h200/run_verify.sh (--runs 10, the committed CSVs, the switches in fresh
 # processes). Results in /root/session7/<phase>/, packed after every step into $OUT/session7-<phase>.tgz.
 set -u
@@ -28,6 +29,13 @@ if [ "$PHASE" = sparse ]; then
   verify scatter_add_table 110
   verify embedding_sgd 70
   verify embedding_table_sgd 110
+  verify embedding_table_adagrad 130
+elif [ "$PHASE" = final ]; then  # after the sizes moved to the host (the last call of the session)
+  run check_sort_kernels 150 python3 reports/h200/session7/check_sort_kernels.py
+  verify scatter_add_table 110
+  verify embedding_table_sgd 110
+  verify embedding_sgd 70
+  verify grad_accumulation 70
   verify embedding_table_adagrad 130
 elif [ "$PHASE" = sparse2 ]; then
   verify grad_accumulation 70
