@@ -231,7 +231,8 @@ def combine(keys, rows, ctx):
     return order, tf.where(_column(last, sums), sums, tf.zeros_like(sums))
 
 
-_SEGMENT_HOW = "stable sort by id, then a segmented sum by doubling: the same adds in the same order every run"
+_SEGMENT_HOW = ("a stable sort by id, then each id's rows added in a fixed order (TensorFlow's sort-based segment "
+                "kernels; a doubling scan under XLA): the same adds in the same order every run")
 
 
 @register("UnsortedSegmentSum", how=_SEGMENT_HOW, switch=SEGMENT_SWITCH)
