@@ -27,7 +27,21 @@ SUMMARY_JSON = "report.json"
 
 
 def to_json(record: Record) -> dict:
-    return dataclasses.asdict(record)
+    return _plain(record)
+
+
+def _plain(value):
+    """dataclasses.asdict without its deep copies: a record holds only dataclasses, lists, tuples, dicts and JSON
+    scalars, so no leaf needs copying (asdict's copies took 3.7 of the 60 s of a trace at 8.4k ops)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, tuple):  # kept a tuple, as asdict keeps it (JSON writes both as arrays)
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def _umask() -> int:
