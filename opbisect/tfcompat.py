@@ -65,21 +65,35 @@ def dataset_graph_def(dataset):
 @contextlib.contextmanager
 def grappler_options(options: dict | None):
     """Run under these grappler options, then put back exactly the options set before (set_experimental_options
-    only adds keys: a key that was unset must become unset again, not True)."""
+    only adds keys: a key that was unset must become unset again, not True).
+
+    `memory_optimization` is not one of set_experimental_options' keys (it ignores unknown keys without a word):
+    False sets the memory optimizer off in the config every tf.function call carries."""
     import tensorflow as tf
+    from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
     from tensorflow.python.eager import context
 
     if not options:
         yield
         return
+    options = dict(options)
+    memory = options.pop("memory_optimization", None)
     ctx = context.context()
     previous = dict(ctx._optimizer_experimental_options)
+    previous_call = ctx._thread_local_data.function_call_options  # an enclosing grappler_options' own
     tf.config.optimizer.set_experimental_options(options)
+    if memory is not None:
+        call = ctx.function_call_options  # built from the options just set
+        proto = config_pb2.ConfigProto.FromString(call.config_proto_serialized)
+        levels = rewriter_config_pb2.RewriterConfig
+        rewrite = proto.graph_options.rewrite_options
+        rewrite.memory_optimization = levels.DEFAULT_MEM_OPT if memory else levels.NO_MEM_OPT
+        call.config_proto_serialized = proto
     try:
         yield
     finally:
         ctx._optimizer_experimental_options = previous
-        ctx._thread_local_data.function_call_options = None  # as set_optimizer_experimental_options does
+        ctx._thread_local_data.function_call_options = previous_call  # None: rebuilt from the options, as TF does
 
 
 def op_def(op_type: str):

@@ -351,3 +351,29 @@ def test_where_the_fused_op_cannot_be_built_a_gpu_falls_back_to_the_weighted_sum
     assert fingerprint.for_device("gpu")[0].key == "wsum"
     with pytest.raises(kernels.BuildError):
         fingerprint.for_device("cpu", choice="fused")
+
+
+def test_the_pinned_options_set_the_memory_optimizer_off_for_every_call_inside_even_after_a_nested_change():
+    """The memory optimizer is pinned through the config each tf.function call carries (set_experimental_options
+    ignores the key): it must hold for the calls of the pinned passes, also after opbisect's own helpers ran
+    under their options (a nested grappler_options), and be gone afterwards."""
+    from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
+    from tensorflow.python.eager import context
+
+    from opbisect.capture.taps import UNOPTIMIZED
+    from opbisect.settings import PINNED_GRAPPLER
+    from opbisect.tfcompat import grappler_options
+
+    def rewrite():
+        serialized = context.context().function_call_options.config_proto_serialized
+        return config_pb2.ConfigProto.FromString(serialized).graph_options.rewrite_options
+
+    off = rewriter_config_pb2.RewriterConfig.NO_MEM_OPT
+    before = rewrite().memory_optimization
+    with grappler_options(PINNED_GRAPPLER):
+        assert rewrite().memory_optimization == off
+        assert rewrite().constant_folding == rewriter_config_pb2.RewriterConfig.OFF
+        with grappler_options(UNOPTIMIZED):
+            assert rewrite().disable_meta_optimizer
+        assert rewrite().memory_optimization == off and not rewrite().disable_meta_optimizer
+    assert rewrite().memory_optimization == before != off

@@ -55,13 +55,16 @@ def _seen(label_a: str, k1: int, n1: int, label_b: str, k2: int, n2: int) -> str
     return f"the difference showed in {k1} of {n1} {label_a} runs and {k2} of {n2} {label_b} runs"
 
 
+PINNED_PASSES = "constant folding, arithmetic optimization and the memory optimizer"  # settings.PINNED_GRAPPLER
+
+
 def grappler_choice(default: Trajectory, pinned: Trajectory | None) -> GrapplerChoice:
     if pinned is None:
         return GrapplerChoice("default", "--no-pin-grappler: the instrumented step runs under your grappler config")
     default_varies, pinned_varies = not _deterministic(default), not _deterministic(pinned)
     if default_varies == pinned_varies:
-        return GrapplerChoice("pinned", "constant folding and arithmetic optimization are pinned off for the plain "
-                                        "and the instrumented step, so the taps cannot move their decisions")
+        return GrapplerChoice("pinned", f"{PINNED_PASSES} are pinned off for the plain and the instrumented step, so "
+                                        "the taps cannot move their decisions")
     k1, k2 = fired(default.final()), fired(pinned.final())
     if chance(k1, default.runs, k2, pinned.runs) >= SIGNIFICANCE:
         return GrapplerChoice("default", f"{_seen('default', k1, default.runs, 'pinned', k2, pinned.runs)}: too few "
@@ -69,12 +72,10 @@ def grappler_choice(default: Trajectory, pinned: Trajectory | None) -> GrapplerC
                                          f"looks harder); the analysis runs under your config, as the verdict does",
                               inconclusive=True)
     if default_varies:
-        return GrapplerChoice("default", "pinning grappler's constant folding and arithmetic optimization hides the "
-                                         "nondeterminism: a grappler rewrite is involved; the analysis runs under "
-                                         "your config")
-    return GrapplerChoice("default", "pinning grappler's constant folding and arithmetic optimization makes a step "
-                                     "vary that does not vary under your config; the analysis runs under your "
-                                     "config, as the verdict does")
+        return GrapplerChoice("default", f"pinning grappler's {PINNED_PASSES} hides the nondeterminism: a grappler "
+                                         "rewrite is involved; the analysis runs under your config")
+    return GrapplerChoice("default", f"pinning grappler's {PINNED_PASSES} makes a step vary that does not vary under "
+                                     "your config; the analysis runs under your config, as the verdict does")
 
 
 def unsettled(default: Trajectory, fit: Trajectory | None, choice: GrapplerChoice, observer: ObserverEffect) -> str:

@@ -197,7 +197,7 @@ class Verdict:
 
 @dataclasses.dataclass
 class GrapplerChoice:
-    config: str  # "pinned" (constant folding and arithmetic optimization off) or "default" (the user's)
+    config: str  # "pinned" (settings.PINNED_GRAPPLER's passes off) or "default" (the user's)
     reason: str
     inconclusive: bool = False  # the passes disagreed in too few runs to say whether grappler is involved
 
