@@ -75,7 +75,8 @@ def _load(settings: VerifySettings, starting: dict | None = None) -> _Step:
     target = load_target(settings.script, settings.step_name, settings.inputs_name)
     args = target.make_inputs()
     trace = trace_step(target, args)
-    fp, _ = fps.for_device(kind, jit=bool(trace.jit_compile), choice=settings.fingerprint)
+    fp, _ = fps.for_device(kind, jit=bool(trace.jit_compile), choice=settings.fingerprint,
+                              ops=len(trace.graph))
     restored = _restored_variables(trace, target)
     for key, value in (starting or {}).items():
         if key in restored:

@@ -194,6 +194,9 @@ def test_any_number_of_taps_packs_into_one_vector_in_tap_order(tmp_path, n):
 def test_fused_op_computes_the_weighted_sum_definition_on_every_dtype():
     fused, note = fingerprint.for_device("cpu", choice="fused")  # builds the op's CPU kernel here
     assert fused.fused and note == ""
+    size = fingerprint.FUSED_ON_CPU_FROM_OPS  # the default on a CPU: farmhash below this size, the fused op from it
+    assert fingerprint.for_device("cpu", ops=size - 1)[0].key == "farmhash"
+    assert fingerprint.for_device("cpu", ops=size)[0].key == "fused"
     rng = np.random.default_rng(0)
     tensors = [tf.constant(rng.standard_normal(20000).astype(np.float32)), tf.constant(np.uint8([200, 3])),
                tf.constant([True, False]), tf.constant(rng.standard_normal(7), tf.bfloat16),
@@ -343,6 +346,8 @@ def test_where_the_fused_op_cannot_be_built_a_gpu_falls_back_to_the_weighted_sum
     monkeypatch.setattr(kernels, "cuda_home", lambda: None)
     fp, note = fingerprint.for_device("gpu")
     assert fp.key == "wsum" and "could not be built" in note
+    fp, note = fingerprint.for_device("cpu", ops=fingerprint.FUSED_ON_CPU_FROM_OPS)  # a large step on a CPU
+    assert fp.key == "farmhash" and "could not be built" in note
     with pytest.raises(kernels.BuildError):
         fingerprint.for_device("cpu", choice="fused")  # no g++ on this PATH: the CPU build fails, and says so
     remembered = list(tmp_path.glob("*/build-failed.txt"))

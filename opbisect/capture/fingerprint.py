@@ -168,16 +168,37 @@ class FusedFingerprinter(Fingerprinter):
         return tf.gather(tf.concat(parts, 0), np.argsort(on_device + on_host))  # back to the tensors' order
 
 
-def for_device(device: str, jit: bool = False, choice: str = "auto") -> tuple[Fingerprinter, str]:
+# From this many ops a CPU step is fingerprinted by the fused op (one node per group of taps) instead of farmhash
+# (two nodes per tap): at 8.4k ops `opbisect trace --runs 5` took 47 s instead of 65 s (grappler and the first
+# call of a tapped graph a third the size; benchmarks/README.md, Scale). Below it there is little to gain, and a
+# first build of the op costs about 25 s of compiling (once per machine: it is cached).
+FUSED_ON_CPU_FROM_OPS = 2000
+
+
+def for_device(device: str, jit: bool = False, choice: str = "auto", ops: int = 0) -> tuple[Fingerprinter, str]:
     """The fingerprinter for a device kind ('cpu' or 'gpu') and a note on the choice.
 
     `jit`: the step compiles with XLA, so capture must too (no farmhash, no custom op: the weighted sum in
-    TensorFlow ops). `choice` forces one: farmhash, wsum or fused.
+    TensorFlow ops). `choice` forces one: farmhash, wsum or fused. `ops`: the step's size, which picks the
+    fused op on a CPU from FUSED_ON_CPU_FROM_OPS.
     """
     from .kernels import BuildError
 
     if choice == "farmhash":
         return FarmhashFingerprinter(), ""
+    if choice == "wsum" or jit:
+        return WeightedSumFingerprinter(), ("the step compiles with XLA" if jit and choice != "wsum" else "")
+    large_cpu_step = device == "cpu" and ops >= FUSED_ON_CPU_FROM_OPS
+    if choice == "fused" or device == "gpu" or large_cpu_step:
+        try:
+            return FusedFingerprinter(cuda=device == "gpu"), ""
+        except BuildError as exc:
+            if choice == "fused":
+                raise
+            first = str(exc).splitlines()[0]
+            fallback = FarmhashFingerprinter() if large_cpu_step else WeightedSumFingerprinter()
+            return fallback, f"the fused op could not be built ({first}): fell back"
+    return FarmhashFingerprinter(), ""
     if choice == "wsum" or jit:
         return WeightedSumFingerprinter(), ("the step compiles with XLA" if jit and choice != "wsum" else "")
     if choice == "fused" or device == "gpu":
