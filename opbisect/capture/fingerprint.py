@@ -199,17 +199,3 @@ def for_device(device: str, jit: bool = False, choice: str = "auto", ops: int = 
             fallback = FarmhashFingerprinter() if large_cpu_step else WeightedSumFingerprinter()
             return fallback, f"the fused op could not be built ({first}): fell back"
     return FarmhashFingerprinter(), ""
-    if choice == "wsum" or jit:
-        return WeightedSumFingerprinter(), ("the step compiles with XLA" if jit and choice != "wsum" else "")
-    if choice == "fused" or device == "gpu":
-        try:
-            return FusedFingerprinter(cuda=device == "gpu"), ""
-        except BuildError as exc:
-            if choice == "fused":
-                raise
-            first = str(exc).splitlines()[0]
-            return WeightedSumFingerprinter(), f"the fused op could not be built ({first}): fell back"
-    # Not the fused op by default on a CPU, though it makes the op analysis 2.7x faster at 8k ops: with its taps
-    # the BERT-like model/data step differs in one run of three (an AddN), with farmhash's and in the plain step
-    # never (benchmarks/README.md, Scale)
-    return FarmhashFingerprinter(), ""
