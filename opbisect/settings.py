@@ -11,12 +11,12 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-# Grappler passes whose decisions move when capture taps are added (measured: 1-ulp shifts of the final
-# weights until both were off for the plain and the instrumented step).
 # The grappler passes whose decisions capture moves, pinned off for the plain step's pinned pass and the
-# instrumented step alike. The memory optimizer rewrites a large AddN into an accumulation in thread-finish order
-# when it judges memory tight, which taps (keeping tensors alive) make it judge: seen on the BERT-like fit step,
-# where it added 32 nodes to the tapped graph and none to the plain one, and the AddN then varied.
+# instrumented step alike. Constant folding and arithmetic optimization: 1-ulp shifts of the final weights until
+# both were off for the plain and the instrumented step (measured). The memory optimizer rewrites a large AddN
+# into an accumulation in thread-finish order when it judges memory tight, which taps (keeping tensors alive)
+# make it judge: seen on the BERT-like fit step, where it added 32 nodes to the tapped graph and none to the
+# plain one, and the AddN then varied.
 PINNED_GRAPPLER = {"constant_folding": False, "arithmetic_optimization": False, "memory_optimization": False}
 DEVICES = ("auto", "cpu", "gpu")
 FINGERPRINTS = ("auto", "farmhash", "wsum", "fused")

@@ -32,7 +32,7 @@ def to_json(record: Record) -> dict:
 
 def _plain(value):
     """dataclasses.asdict without its deep copies: a record holds only dataclasses, lists, tuples, dicts and JSON
-    scalars, so no leaf needs copying (asdict's copies took 3.7 of the 60 s of a trace at 8.4k ops)."""
+    scalars, so no leaf needs copying (for a record of 8.4k ops: asdict 1.0 s, this 0.4 s)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, list):
