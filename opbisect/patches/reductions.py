@@ -172,7 +172,6 @@ def _sorted_kernel_sum(rows, ids, num_segments):
     keys, size = _spare_key(ids, num_segments)
     with _on_host():
         segments = size - 1
-    nothing = tf.zeros(tf.concat([[segments], tf.shape(rows)[1:]], 0), rows.dtype)
 
     @tf.custom_gradient
     def summed(rows):
@@ -186,7 +185,8 @@ def _sorted_kernel_sum(rows, ids, num_segments):
 
         return total[:segments], gradient  # the spare segment, last, is dropped (the slice shares the buffer)
 
-    return _unless_empty(keys, lambda: summed(rows), lambda: nothing)
+    return _unless_empty(keys, lambda: summed(rows),
+                         lambda: tf.zeros(tf.concat([[segments], tf.shape(rows)[1:]], 0), rows.dtype))
 
 
 def _scan_sum(rows, ids, num_segments):
