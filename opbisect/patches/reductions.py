@@ -146,7 +146,7 @@ _CHUNK = 256  # rows: the longest run of one key that the sort kernels add up in
 def _presum(keys, rows, size):
     """Stage one of two: each key's rows summed within each chunk of _CHUNK consecutive rows, as (keys, sums)
     sorted by key then chunk. The sort kernels add one key's rows in one thread, one row after the other: with
-    skewed ids (a Zipf law, a padding token) one key holding most of 65k rows took 4 ms on the H200. Chunked,
+    skewed ids (a Zipf law, a padding token) one key holding a fifth of 65k rows took 4.3 ms on the H200. Chunked,
     no run is longer than _CHUNK rows here, nor than the number of chunks in stage two; the order stays fixed.
     `keys` are int32 in [0, size)."""
     import tensorflow as tf
