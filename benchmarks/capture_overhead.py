@@ -68,7 +68,7 @@ def measure_capture(script: Path, device: str, repeats: int, runs: int, choices:
     plain = timed(lambda: trace.concrete(*args), repeats, sync_outputs)
     variants = {}
     for choice in choices:
-        fp, _ = fingerprint.for_device(kind, jit=bool(trace.jit_compile), choice=choice)
+        fp, _ = fingerprint.for_trace(trace, kind, choice)
         inst = capture.build(trace, taps, fp)
         start = time.perf_counter()
         inst(args)  # the first call: tracing, grappler, and kernel compilation
@@ -76,7 +76,7 @@ def measure_capture(script: Path, device: str, repeats: int, runs: int, choices:
         seconds = timed(lambda inst=inst: inst(args), repeats, sync_outputs)  # inst copies its digests to the host
         variants[fp.key] = {"name": fp.name, "ms": seconds * 1e3, "ratio": seconds / plain, "first_call_s": first}
     # The re-imported step with no tap: what the GraphDef round trip costs, apart from fingerprinting.
-    bare = capture.build(trace, [], fingerprint.for_device(kind, jit=bool(trace.jit_compile))[0])
+    bare = capture.build(trace, [], fingerprint.for_trace(trace, kind)[0])
     seconds = timed(lambda: bare(args), repeats, sync_outputs, warmup=4)
     variants["no taps"] = {"name": "the step re-imported from its GraphDef, nothing tapped", "ms": seconds * 1e3,
                            "ratio": seconds / plain, "first_call_s": None}

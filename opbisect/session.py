@@ -133,8 +133,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     target, trace, patched, notes = _patched(settings, target, trace)
     findings = notes + trace.graph.check() + preflight.checks(trace, target)
     lap("check the graph")
-    fp, fp_note = fingerprint.for_device(kind, jit=bool(trace.jit_compile), choice=settings.fingerprint,
-                                           ops=len(trace.graph))
+    fp, fp_note = fingerprint.for_trace(trace, kind, settings.fingerprint)
     if fp_note:
         findings.append(Finding("note", f"fingerprint: {fp.name}, because {fp_note}"))
 

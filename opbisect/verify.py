@@ -75,8 +75,7 @@ def _load(settings: VerifySettings, starting: dict | None = None) -> _Step:
     target = load_target(settings.script, settings.step_name, settings.inputs_name)
     args = target.make_inputs()
     trace = trace_step(target, args)
-    fp, _ = fps.for_device(kind, jit=bool(trace.jit_compile), choice=settings.fingerprint,
-                              ops=len(trace.graph))
+    fp, _ = fps.for_trace(trace, kind, settings.fingerprint)
     restored = _restored_variables(trace, target)
     for key, value in (starting or {}).items():
         if key in restored:

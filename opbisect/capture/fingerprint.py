@@ -2,14 +2,15 @@
 
 This module is the device seam: everything device-specific about capture is choosing a Fingerprinter.
 
-- `FarmhashFingerprinter` (CPU, the default there): `tf.fingerprint` over each tensor's bytes; CPU kernel only.
+- `FarmhashFingerprinter` (CPU, the default on steps under FUSED_ON_CPU_FROM_OPS): `tf.fingerprint` over each
+  tensor's bytes; CPU kernel only.
 - `WeightedSumFingerprinter` (any device; under XLA): the sum over elements of (bits as int64) x (an odd,
   position-dependent weight), wrapping mod 2^64. Integer addition wraps and commutes, so the result does not
   depend on the order a parallel reduction adds in; any single-element change moves it (an odd weight is
   invertible mod 2^64), and it never leaves the device.
-- `FusedFingerprinter` (GPU; CPU on request): the same function through one custom op over many tensors
-  (opbisect/kernels, compiled on first use and cached): one CUDA launch per 96 tensors instead of several
-  TensorFlow kernels per tensor, and on a CPU one node per 96 taps instead of two per tap.
+- `FusedFingerprinter` (GPU; CPU steps from FUSED_ON_CPU_FROM_OPS ops): the same function through one custom op
+  over many tensors (opbisect/kernels, compiled on first use and cached): one CUDA launch per 96 tensors instead
+  of several TensorFlow kernels per tensor, and on a CPU one node per group of taps instead of two per tap.
 
 Both give one int64 per tensor and both depend on the element count (farmhash on the byte length, the sum
 through a size term), so a shorter or longer result differs. The shape itself is not folded in: a result that
@@ -199,3 +200,8 @@ def for_device(device: str, jit: bool = False, choice: str = "auto", ops: int = 
             fallback = FarmhashFingerprinter() if large_cpu_step else WeightedSumFingerprinter()
             return fallback, f"the fused op could not be built ({first}): fell back"
     return FarmhashFingerprinter(), ""
+
+
+def for_trace(trace, device: str, choice: str = "auto") -> tuple[Fingerprinter, str]:
+    """for_device for a traced step: its XLA compilation and its size decide with the device."""
+    return for_device(device, jit=bool(trace.jit_compile), choice=choice, ops=len(trace.graph))
