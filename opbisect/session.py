@@ -28,7 +28,7 @@ from pathlib import Path
 from . import report, tfcompat
 from .analysis import facts, preflight
 from .analysis.rank import rank
-from .analysis.sources import in_process_rows
+from .analysis.sources import in_process_rows, replica_count
 from .errors import CannotTest, TargetError
 from .ir.ids import state_id
 from .record import store
@@ -98,7 +98,12 @@ def run_trace(settings: TraceSettings, echo=print) -> int:
     settings.validate()
     folder = store.ReportFolder(settings.out, settings.script.stem, str(settings.script.resolve()))
     with folder.prepare():
-        record, files = (across_processes(settings), {}) if settings.processes > 1 else experiment(settings)
+        if settings.processes > 1:
+            record, files = across_processes(settings), {}
+        elif settings.replicas:
+            record, files = across_replicas(settings)
+        else:
+            record, files = experiment(settings)
         written = report.write(record, folder, html=settings.html, extra=files)
     for line in report.text.lines(record, written):
         echo(line)
@@ -125,6 +130,8 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
 
     lap = Laps()
     tf, kind = setup_tensorflow(settings.device)
+    if settings.replica_limit:  # a rung of --replicas
+        tfcompat.limit_mirrored_strategies(settings.replica_limit)
     lap("import TensorFlow")
     target = load_target(settings.script, settings.step_name, settings.inputs_name)
     lap("load the script")
@@ -177,7 +184,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     meta = Meta(script=str(settings.script), script_path=str(settings.script.resolve()), form=target.form,
                 runs=runs, steps=steps, metric_variables=metric_variables(target, trace),
                 looked_harder=unsettled if runs > settings.runs else "", timings=lap.laps, patched=patched,
-                mirrored=trace.mirrors,
+                mirrored=trace.mirrors, replicas=replica_count(trace.graph),
                 fingerprinter=fp.name, fingerprint=fp.key, jit_compile=bool(trace.jit_compile),
                 ops=len(trace.graph), variables=len(trace.variables), restored_variables=len(restored),
                 initial_state=initial_state, seconds=round(time.time() - started, 2), **environment(tf, kind))
@@ -272,6 +279,21 @@ def across_processes(settings: TraceSettings) -> Record:
         merged, meta=dataclasses.replace(merged.meta, processes=settings.processes),
         findings=merged.findings + found, processes=info, sources=rank(merged.sources + rows),
         facts=dataclasses.replace(merged.facts, verdict=verdict))
+
+
+def across_replicas(settings: TraceSettings) -> tuple[Record, dict]:
+    """The replica ladder: the experiment once per rung, in fresh processes; the full rung's record (what the
+    script runs), with every rung and the ladder's conclusion, and its reproducers."""
+    from .analysis import ladder
+    from .execute.ladder import describe, run_ladder
+
+    with tempfile.TemporaryDirectory(prefix="opbisect-replicas-") as tmp:
+        rungs = run_ladder(settings, Path(tmp), progress=lambda m: print(m, file=sys.stderr))
+        full = max((r for r in rungs if not r.env), key=lambda r: (r.limit == 0, r.record.meta.replicas))
+        files = store.reproducers_of(Path(tmp) / f"rung{rungs.index(full) + 1}" / settings.script.stem)
+    decided = ladder.decide([ladder.rung(r.limit, r.env, describe(r.limit, r.env), r.record) for r in rungs],
+                            analysed=describe(full.limit, full.env))
+    return dataclasses.replace(full.record, ladder=decided), files
 
 
 def metric_variables(target, trace) -> list[str]:

@@ -114,6 +114,12 @@ class TraceSettings(Settings):
     processes: int = option(1, "repeat the experiment in this many fresh Python processes and compare them op by "
                                "op (cuDNN autotuning, hash-seed-dependent tracing, unseeded initializers)",
                             minimum=1)
+    replicas: str = option("", "ladder of replica counts under tf.distribute, e.g. 1,all: the experiment again in a "
+                               "fresh process per rung, the strategy limited to its first N devices, to tell an op "
+                               "inside a replica from one that needs several (a collective); on GPUs the full rung "
+                               "also runs under NCCL_ALGO=Ring and under NCCL_NVLS_ENABLE=0")
+    replica_limit: int = option(0, "child of --replicas: limit each MirroredStrategy to its first N devices",
+                                minimum=0, hidden=True)
     max_runs: int = option(0, "look harder: when the first --runs leave the step deterministic, or a claim (capture "
                                 "hid or created the difference, grappler is involved) too few runs to support, run "
                                 "every pass again with this many runs (default 0: never)", minimum=0)
@@ -132,6 +138,26 @@ class TraceSettings(Settings):
         super().validate()
         if 0 < self.max_runs <= self.runs:
             raise UsageError(f"--max-runs must be more than --runs ({self.runs}), or 0 (got {self.max_runs})")
+        if self.replicas:
+            rungs = self.replica_rungs()
+            if self.processes > 1:
+                raise UsageError("--replicas and --processes each run the experiment in child processes: use one")
+            if len(rungs) < 2:
+                raise UsageError(f"--replicas needs at least two rungs, e.g. 1,all (got {self.replicas!r})")
+
+    def replica_rungs(self) -> list[int]:
+        """`--replicas` as replica limits, in the order given: 0 for `all` (the strategy as the script makes it)."""
+        from .errors import UsageError
+
+        rungs = []
+        for word in self.replicas.split(","):
+            word = word.strip().lower()
+            if word != "all" and not (word.isdigit() and int(word) >= 1):
+                raise UsageError(f"--replicas takes counts of at least 1 and `all`, comma-separated (got {word!r})")
+            rungs.append(0 if word == "all" else int(word))
+        if len(set(rungs)) < len(rungs):
+            raise UsageError(f"--replicas names a rung twice ({self.replicas!r})")
+        return rungs
 
 
 VARIANTS = ("", "global", "family", "patched")

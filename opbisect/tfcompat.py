@@ -140,3 +140,18 @@ def model_strategy(model):
     if strategy is None or strategy is tf.distribute.get_strategy():
         return None
     return strategy
+
+
+def limit_mirrored_strategies(replicas: int) -> None:
+    """From now on, every MirroredStrategy this process makes runs on at most its first `replicas` devices, however
+    the script names them (a list, or none: every GPU). The limit sits on the strategy's own device set-up, which
+    every way of making one passes through, so no import alias of the user's can miss it."""
+    from tensorflow.python.distribute import mirrored_strategy
+
+    extended = mirrored_strategy.MirroredExtended
+    original = extended._initialize_strategy
+
+    def first_devices(self, devices):
+        return original(self, tuple(devices)[:replicas])
+
+    extended._initialize_strategy = first_devices

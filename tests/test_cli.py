@@ -49,6 +49,12 @@ def test_bad_arguments_are_usage_errors_that_abort_git_bisect(capsys, tmp_path):
     assert code == 128 and err.strip() == "opbisect: --runs must be at least 2 (got 1)"
     code, _, err = run_main(capsys, "trace", str(EXAMPLES / "bert_like.py"), "--magnitude-runs", "-3")
     assert code == 128 and err.strip() == "opbisect: --magnitude-runs must be at least 0 (got -3)"
+    for ladder, why in (("1", "at least two rungs"), ("1,0", "got '0'"), ("all,all", "a rung twice")):
+        code, _, err = run_main(capsys, "trace", str(EXAMPLES / "bert_like.py"), "--replicas", ladder)
+        assert code == 128 and why in err
+    code, _, err = run_main(capsys, "trace", str(EXAMPLES / "bert_like.py"), "--replicas", "1,all",
+                            "--processes", "2")
+    assert code == 128 and "use one" in err
 
 
 def test_syntax_error_shows_the_users_traceback_and_exits_2(capsys, tmp_path):
@@ -158,7 +164,7 @@ def test_every_option_reaches_a_child_process_unchanged():
     changed = TraceSettings(script=Path("a b/step.py"), runs=7, out=Path("o"), step_name="s", inputs_name="i",
                             device="cpu", pin_grappler=False, fingerprint="wsum", steps=3, processes=2,
                             magnitude_runs=4, replay=False, replay_runs=9, html=True, progress=False, max_runs=12,
-                            patch="r/s.csv,AddN")
+                            patch="r/s.csv,AddN", replicas="1,all", replica_limit=2)
     defaults = {f.name: f.default for f in dataclasses.fields(TraceSettings)}
     assert all(getattr(changed, k) != v for k, v in defaults.items() if k != "script")  # every option is set
     again = TraceSettings.from_namespace(_parser().parse_args(["trace", *changed.to_argv()]))

@@ -148,3 +148,19 @@ def test_the_replica_of_an_op_follows_its_device_where_keras_marks_only_replicas
     plain = OpGraph()
     plain.add_op("dense/BiasAddGrad", type="X", device="/job:localhost/replica:0/task:0/device:GPU:0")
     assert replica_of(plain, "dense/BiasAddGrad") is None  # no strategy
+
+
+def test_a_collective_that_differs_on_identical_inputs_is_a_collective_source():
+    g = chain(("x0", "Placeholder", []), ("x1", "Placeholder", []),
+              ("allreduce", "CollectiveReduceV2", ["x0:0", "x1:0"]), ("y", "Mul", ["allreduce:0"]))
+    fps = [[1, 2, 3, 4], [1, 2, 5, 6], [1, 2, 3, 4]]  # both replicas' inputs agree in every run; the sum does not
+    cmp = compare(g, ["x0:0", "x1:0", "allreduce:0", "y:0"], fps, [{}, {}, {}], results=["y:0"])
+    assert [(s.op, s.kind, s.runs_differing) for s in cmp.sources] == [("allreduce", "collective", 1)]
+
+
+def test_a_collective_whose_inputs_differ_is_not_a_source():
+    g = chain(("x0", "Placeholder", []), ("n", "RandomUniform", []), ("x1", "Add", ["x0:0", "n:0"]),
+              ("allreduce", "CollectiveReduceV2", ["x0:0", "x1:0"]))
+    fps = [[1, 7, 2, 3], [1, 8, 9, 5], [1, 7, 2, 3]]
+    cmp = compare(g, ["x0:0", "n:0", "x1:0", "allreduce:0"], fps, [{}, {}, {}], results=["allreduce:0"])
+    assert [(s.op, s.kind) for s in cmp.sources] == [("n", "random")]

@@ -195,3 +195,74 @@ def test_a_generator_drawn_from_inside_the_replicas_is_a_pre_flight_warning(tmp_
     findings = json.loads((folder / "record.json").read_text())["findings"]
     draws = [f for f in findings if f["level"] == "warning" and "tf.random.Generator" in f["message"]]
     assert len(draws) == 1 and "2 draw(s)" in draws[0]["message"]  # one in each replica
+
+
+ONLY_IN_REPLICA_1 = TWO_CPUS + """
+with strategy.scope():
+    w = tf.Variable(tf.ones([4]), name="w")
+
+
+def jitter(x, replica):  # varies only in the second replica: the difference needs two replicas
+    return (x + (np.random.random(x.shape) if replica > 0 else 0)).astype(np.float32)
+
+
+def replica_step(x):
+    replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+    update = tf.numpy_function(jitter, [x, replica], tf.float32, name="noise")
+    w.assign_add(tf.reduce_mean(update) * tf.ones([4]))
+    return tf.reduce_sum(update)
+
+
+@tf.function
+def step(batch):
+    per_replica = strategy.run(replica_step, args=(batch,))
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+
+dataset = tf.data.Dataset.from_tensor_slices(rng.random((8, 4)).astype("float32")).batch(8)
+inputs = (next(iter(strategy.experimental_distribute_dataset(dataset))),)
+"""
+
+
+def _ladder(tmp_path, body: str):
+    script = tmp_path / "model_step.py"
+    script.write_text(body)
+    done = cli("trace", str(script), "--replicas", "1,all", "--runs", "3", "--no-replay", "--no-progress",
+               "--out", str(tmp_path / "r"))
+    return done, tmp_path / "r" / "model_step"
+
+
+def test_the_replica_ladder_tells_an_op_inside_a_replica(tmp_path):
+    done, folder = _ladder(tmp_path, CUSTOM_LOOP)
+    assert done.returncode == 1, done.stderr[-3000:]
+    ladder = json.loads((folder / "record.json").read_text())["ladder"]
+    assert [(r["limit"], r["replicas"], r["nondeterministic"]) for r in ladder["rungs"]] == [(1, 1, True),
+                                                                                           (0, 2, True)]
+    assert ladder["conclusion"] == "in_replica"
+    assert ladder["rungs"][0]["sources"] == ["noise (PyFunc, op)"]  # one replica: no replica_1 copy
+    rows = pd.read_csv(folder / "sources.csv")  # the analysis is the full rung's: both replicas' sources
+    assert sorted(rows["replica"]) == [0, 1]
+    assert json.loads((folder / "report.json").read_text())["ladder"] == ladder
+
+
+def test_the_replica_ladder_tells_a_difference_that_needs_several_replicas(tmp_path):
+    done, folder = _ladder(tmp_path, ONLY_IN_REPLICA_1)
+    assert done.returncode == 1, done.stderr[-3000:]
+    ladder = json.loads((folder / "record.json").read_text())["ladder"]
+    assert [(r["replicas"], r["nondeterministic"], r["distinct"]) for r in ladder["rungs"]] == [(1, False, 1),
+                                                                                              (2, True, 3)]
+    assert ladder["conclusion"] == "needs_replicas" and ladder["nccl"] == ""  # no NCCL on CPUs
+    assert ladder["rungs"][0]["rate_bound"] > 0.6  # 3 identical runs rule out little, and the record says so
+    rows = pd.read_csv(folder / "sources.csv")
+    assert list(zip(rows["op_name"], rows["replica"])) == [("replica_1/noise", 1)]
+
+
+def test_a_ladder_without_a_strategy_to_limit_says_nothing_changed(tmp_path):
+    script = tmp_path / "model_step.py"
+    script.write_text("import tensorflow as tf\nw = tf.Variable(tf.ones([3]))\n\n\n@tf.function\n"
+                      "def step(x):\n    w.assign_add(x)\n    return tf.reduce_sum(w)\n\n\ninputs = (tf.ones([3]),)\n")
+    done = cli("trace", str(script), "--replicas", "1,all", "--runs", "2", "--no-replay", "--no-progress",
+               "--out", str(tmp_path / "r"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    ladder = json.loads((tmp_path / "r" / "model_step" / "record.json").read_text())["ladder"]
+    assert ladder["conclusion"] == "unchanged" and {r["replicas"] for r in ladder["rungs"]} == {1}

@@ -7,7 +7,7 @@ import pytest
 
 from opbisect.analysis import facts
 from opbisect.ir.ids import TensorRef, op_id, split_op_id
-from opbisect.record.model import FitReplay, InstrumentedRuns, Runs, Trajectory
+from opbisect.record.model import FitReplay, InstrumentedRuns, Rung, Runs, Trajectory
 
 
 def trajectory(*runs: list[int], steps: int = 1) -> Trajectory:
@@ -115,3 +115,31 @@ def test_a_deterministic_verdict_states_how_rare_a_hidden_difference_can_be():
 def test_runs_without_recorded_outputs_are_compared_by_their_variables():
     assert Runs(outputs=[], after=[{"w": 1}, {"w": 2}]).distinct() == 2
     assert Runs(outputs=[], after=[{"w": 1}, {"w": 1}]).deterministic()
+
+
+def rung(replicas: int, varies: bool, env: dict | None = None, sources: tuple = ()) -> Rung:
+    return Rung(label=f"{replicas}", limit=0 if env is not None else replicas, env=env or {}, replicas=replicas,
+                nondeterministic=varies, distinct=3 if varies else 1, runs=5,
+                rate_bound=None if varies else 0.45, sources=list(sources))
+
+
+@pytest.mark.parametrize("rungs, conclusion, nccl", [
+    ([rung(1, True, sources=("noise (PyFunc, op)",)), rung(2, True)], "in_replica", ""),
+    ([rung(1, False), rung(2, True)], "needs_replicas", ""),
+    ([rung(1, False), rung(2, False)], "deterministic", ""),
+    ([rung(2, True), rung(2, True)], "unchanged", ""),
+    # NCCL rungs (GPUs): the difference follows them when one of them makes the full rung identical
+    ([rung(1, False), rung(2, True), rung(2, False, {"NCCL_ALGO": "Ring"}), rung(2, True, {"NCCL_NVLS_ENABLE": "0"})],
+     "needs_replicas", "follows NCCL: identical under NCCL_ALGO=Ring"),
+    ([rung(1, False), rung(2, True), rung(2, True, {"NCCL_ALGO": "Ring"})], "needs_replicas", "does not follow"),
+])
+def test_the_replica_ladder_decides_from_the_rungs_verdicts(rungs, conclusion, nccl):
+    from opbisect.analysis.ladder import decide
+
+    ladder = decide(rungs, analysed="2")
+    assert ladder.conclusion == conclusion
+    assert (nccl in ladder.nccl) if nccl else ladder.nccl == ""
+    if conclusion == "in_replica":
+        assert "noise (PyFunc, op)" in ladder.reason  # names what varies with one replica
+    if conclusion == "needs_replicas":
+        assert "45%" in ladder.reason  # an identical rung says how little its runs rule out

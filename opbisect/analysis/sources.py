@@ -61,6 +61,12 @@ def _replica_devices(graph: OpGraph) -> dict[str, int]:
     return devices
 
 
+def replica_count(graph: OpGraph) -> int:
+    """How many replicas the step runs in under tf.distribute (1 without a strategy, or with one device)."""
+    marked = [int(found.group(1)) for op in graph.g if (found := _REPLICA.search(split_op_id(op)[1]))]
+    return max(marked, default=0) + 1
+
+
 def replica_of(graph: OpGraph, op: str) -> int | None:
     """The replica an op ran in under tf.distribute (its device's, for the per-device updates of mirrored
     variables too), or None: no strategy, or a device no replica runs on."""

@@ -52,12 +52,18 @@ def run_children(settings, folder: Path, progress=print) -> tuple[list, list[str
         env.setdefault("PYTHONHASHSEED", str(i + 1))
         seeds.append(env["PYTHONHASHSEED"])
         child = dataclasses.replace(settings, processes=1, out=folder / f"process{i + 1}", progress=False, html=False)
-        done = _run_child([sys.executable, "-m", "opbisect", "trace", *child.to_argv()], env)
-        if done.returncode not in (0, 1):
-            sys.stderr.write(done.stderr[-4000:])
-            error = {EXIT_CANNOT_TEST: CannotTest, EXIT_USAGE: UsageError}.get(done.returncode, InternalError)
-            raise error(f"process {i + 1} of {settings.processes} failed (exit {done.returncode})")
-        records.append(store.load(child.out / settings.script.stem))
+        records.append(trace_in_child(child, env, f"process {i + 1} of {settings.processes}"))
         if settings.progress:
             progress(f"opbisect: process {i + 1}/{settings.processes} done (PYTHONHASHSEED={seeds[-1]})")
     return records, seeds
+
+
+def trace_in_child(child, env: dict, what: str):
+    """`opbisect trace` with the child's settings in a fresh process: its record. A child that could not give a
+    verdict raises the error its exit code names (its stderr's tail shown), never a verdict."""
+    done = _run_child([sys.executable, "-m", "opbisect", "trace", *child.to_argv()], env)
+    if done.returncode not in (0, 1):
+        sys.stderr.write(done.stderr[-4000:])
+        error = {EXIT_CANNOT_TEST: CannotTest, EXIT_USAGE: UsageError}.get(done.returncode, InternalError)
+        raise error(f"{what} failed (exit {done.returncode})")
+    return store.load(child.out / child.script.stem)

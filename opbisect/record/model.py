@@ -186,6 +186,33 @@ class CrossProcess:
 
 
 @dataclasses.dataclass
+class Rung:
+    """One rung of the replica ladder (--replicas): the experiment in a fresh process, the strategy limited."""
+
+    label: str  # e.g. "1 replica", "all replicas, NCCL_ALGO=Ring"
+    limit: int  # the replica limit it ran under (0: the strategy as the script makes it)
+    env: dict[str, str]  # what it added to the environment (the NCCL settings)
+    replicas: int  # how many replicas the step then had
+    nondeterministic: bool  # the uninstrumented step's verdict at this rung
+    distinct: int  # distinct results of the uninstrumented step
+    runs: int
+    rate_bound: float | None  # deterministic rungs: the Verdict's bound on how often a difference could fire
+    sources: list[str]  # each source of this rung, `op_name (op_type, kind[, replica k])`, ranked
+
+
+@dataclasses.dataclass
+class Ladder:
+    """What changes with the number of replicas (and, on GPUs, with NCCL's algorithm): decided once."""
+
+    rungs: list[Rung]
+    # in_replica | needs_replicas | deterministic | unchanged (the rungs ran the same replica count)
+    conclusion: str
+    reason: str
+    nccl: str = ""  # on GPUs: whether the difference follows the NCCL settings ("" where none ran)
+    analysed: str = ""  # the label of the rung this record's analysis and sources are from
+
+
+@dataclasses.dataclass
 class Verdict:
     nondeterministic: bool
     exit_code: int  # 0 or 1
@@ -271,6 +298,7 @@ class Meta:
     timings: dict[str, float] = dataclasses.field(default_factory=dict)  # seconds per stage, in order
     patched: list[str] = dataclasses.field(default_factory=list)  # `trace --patch`: the ops traced already replaced
     mirrored: list[list[str]] = dataclasses.field(default_factory=list)  # each mirrored variable's copies, by replica
+    replicas: int = 1  # under tf.distribute: the replicas the step ran in
 
 
 @dataclasses.dataclass
@@ -289,6 +317,7 @@ class Record:
     sources: list[Source]  # ranked
     facts: Facts
     processes: CrossProcess | None = None
+    ladder: Ladder | None = None  # --replicas: the rungs and what they show (this record is the full rung's)
     version: int = RECORD_VERSION
 
     @cached_property

@@ -83,7 +83,8 @@ def _evidence(record: Record) -> str:
         f'<p id="observer" data-effect="{f.observer.effect}">Observer effect: '
         f"{escape(text.observer_line(f.observer))}.</p>"
         + "".join(f"<p>{escape(line)}</p>" for line in text.fit_lines(record) + text.step_lines(record)
-                  + text.replica_lines(record) + text.process_lines(record))
+                  + text.replica_lines(record) + text.process_lines(record)
+                  + text.ladder_lines(record))
         + "</section>")
 
 

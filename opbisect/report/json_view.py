@@ -22,6 +22,7 @@ def summary(record: Record) -> dict:
         "replica_divergence": (dataclasses.asdict(record.facts.replica_divergence)
                                if record.facts.replica_divergence else None),
         "processes": dataclasses.asdict(record.processes) if record.processes else None,
+        "ladder": dataclasses.asdict(record.ladder) if record.ladder else None,
         "sources": sources,
     }
 

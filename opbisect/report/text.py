@@ -101,6 +101,22 @@ def process_lines(record: Record) -> list[str]:
                if record.steps > 1 else "")]
 
 
+def ladder_lines(record: Record) -> list[str]:
+    ladder = record.ladder
+    if ladder is None:
+        return []
+    out = ["replica ladder (--replicas; each rung a fresh process, its verdict the uninstrumented step's):"]
+    for r in ladder.rungs:
+        out.append(f"  {r.label}: {r.replicas} replica(s), {r.runs} runs, {r.distinct} distinct result(s): "
+                   f"{'NONDETERMINISTIC' if r.nondeterministic else 'deterministic'}"
+                   + (f"; {len(r.sources)} source(s), first {r.sources[0]}" if r.sources else ""))
+    out.append(f"ladder: {ladder.conclusion.replace('_', ' ')}: {ladder.reason}")
+    if ladder.nccl:
+        out.append(f"ladder: {ladder.nccl}")
+    out.append(f"the analysis below is the rung {ladder.analysed}")
+    return out
+
+
 def source_lines(record: Record, s: Source) -> list[str]:
     where = f"step {s.first_step}, " if record.steps > 1 else ""
     across = s.seen_across == "processes"
@@ -157,7 +173,7 @@ def lines(record: Record, folder: Path | None = None) -> list[str]:
                f"{f' ({differing} over all {len(record.analyses)} steps)' if len(record.analyses) > 1 else ''}; "
                f"{observer_line(f.observer)}")
     out += [f"{x.level}: {x.message}" for x in record.findings]
-    out += process_lines(record)
+    out += process_lines(record) + ladder_lines(record)
     out += sources_lines(record)
     out += _verdict(record)
     if folder is not None:
