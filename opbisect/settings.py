@@ -160,7 +160,8 @@ class TraceSettings(Settings):
         return rungs
 
 
-VARIANTS = ("", "global", "family", "patched")
+VARIANTS = ("", "global", "family", "patched", "cpu")
+REFERENCES = ("auto", "on", "off")
 
 
 @dataclasses.dataclass
@@ -176,6 +177,9 @@ class VerifySettings(Settings):
     fingerprint: str = _fingerprint()
     switches: bool = option(True, "do not run the global switch and the family switches (child processes)",
                             flag="--no-switches")
+    cpu_reference: str = option("auto", "the plain step on the CPU, in a fresh process from the same state: the "
+                                        "reference each variant's numbers are compared with (auto: when the step "
+                                        "runs on a GPU)", choices=REFERENCES)
     variant: str = option("", "child: which switch this process runs under", choices=VARIANTS, hidden=True)
     exchange: Path = option(Path(), "child: the folder shared with the parent", hidden=True)
 

@@ -4,7 +4,8 @@
       ReportFolder(<stem>-verify).prepare()      record/store.py
       _Step (load, trace, snapshot)               targets/, trace/, execute/snapshot.py
       measure(plain), measure(patched)            execute/variants.py, patches/step.py
-      children: --variant global | family         this module, in fresh processes (the switches are global)
+      children: --variant global | family | cpu   this module, in fresh processes (the switches are global;
+                                                  cpu: the plain step on the CPU, the numerical reference)
       Verification + decide                       record/verification.py
       views                                       report/verify_view.py
 
@@ -25,7 +26,7 @@ import numpy as np
 
 from .errors import InternalError, TargetError
 from .record import store
-from .record.verification import GLOBAL, PATCHED, PLAIN, Variant, Verification, decide
+from .record.verification import CPU_REFERENCE, GLOBAL, PATCHED, PLAIN, Variant, Verification, decide
 from .settings import VerifySettings
 
 _GLOBAL_HOW = "tf.config.experimental.enable_op_determinism(), in a fresh process"
@@ -57,6 +58,7 @@ class _Step:
     fingerprint: object
     inputs: list[int]
     kind: str
+    fingerprinter: str  # its --fingerprint key
 
 
 def _load(settings: VerifySettings, starting: dict | None = None) -> _Step:
@@ -87,7 +89,7 @@ def _load(settings: VerifySettings, starting: dict | None = None) -> _Step:
         return tuple(values(tf.nest.flatten(outputs, expand_composites=True))), tuple(sorted(state().items()))
 
     inputs = values([tf.convert_to_tensor(a) for a in tf.nest.flatten(args)])
-    return _Step(target, trace, args, Snapshot(restored), fingerprint, inputs, kind)
+    return _Step(target, trace, args, Snapshot(restored), fingerprint, inputs, kind, fp.key)
 
 
 def _measure(step: _Step, call, runs: int):
@@ -129,13 +131,16 @@ def experiment(settings: VerifySettings) -> Verification:
         import tensorflow as tf
 
         device = environment(tf, step.kind)["device"]
-        variants = [_variant(PLAIN, "the step as written", plain, plain),
-                    _variant(PATCHED, f"{len(patched.replaced)} op(s) replaced by opbisect's patches", fixed, plain)]
-        if settings.switches:
-            types = {step.trace.graph.op_type(op) for op in choice.ops}
-            switches = sorted({PATCHES[t].switch for t in types if t in PATCHES and PATCHES[t].switch})
-            needed = sorted({PATCHES[t].switch for t in types if t in PATCHES and PATCHES[t].build is None})
-            variants += _children(settings, step, plain, switches, needed)
+        measured = [(_variant(PLAIN, "the step as written", plain, plain), plain),
+                    (_variant(PATCHED, f"{len(patched.replaced)} op(s) replaced by opbisect's patches", fixed, plain),
+                     fixed)]
+        types = {step.trace.graph.op_type(op) for op in choice.ops}
+        switches = sorted({PATCHES[t].switch for t in types if t in PATCHES and PATCHES[t].switch})
+        needed = sorted({PATCHES[t].switch for t in types if t in PATCHES and PATCHES[t].build is None})
+        reference = settings.cpu_reference == "on" or (settings.cpu_reference == "auto" and step.kind == "gpu")
+        measured += _children(settings, step, plain, switches if settings.switches else [],
+                              needed if settings.switches else [], settings.switches, reference)
+    variants = _against_reference([v for v, _ in measured], [m for _, m in measured])
     return Verification(script=str(settings.script), script_path=str(settings.script.resolve()), device=device,
                         patch=settings.patch, runs=settings.runs, replaced=patched.replaced, skipped=patched.skipped,
                         renamed=choice.renamed,
@@ -143,42 +148,71 @@ def experiment(settings: VerifySettings) -> Verification:
                         recommendation=decide(variants))
 
 
-def _children(settings: VerifySettings, step: _Step, plain, switches: list[str], needed: list[str]) -> list[Variant]:
-    """The global switch and each family switch, each in a fresh process from the parent's starting state; and the
-    patched step under each family switch that some chosen op has instead of a rewrite (`needed`)."""
+def _against_reference(variants: list[Variant], measured: list) -> list[Variant]:
+    """Each variant's difference from the CPU reference's first run, where the reference ran from the same state."""
+    from .execute.variants import difference
+
+    ref = next((m for v, m in zip(variants, measured) if v.reference and v.comparable and not v.error), None)
+    if ref is None or not ref.first:
+        return variants
+    for v, m in zip(variants, measured):
+        if not v.reference and v.comparable and m is not None and m.first:
+            d = difference(ref.first, m.first)
+            v.cpu_abs_diff, v.cpu_ulp = d.max_abs_diff, int(min(d.max_ulp_diff, 2 ** 62))
+    return variants
+
+
+def _children(settings: VerifySettings, step: _Step, plain, switches: list[str], needed: list[str], switch: bool,
+              reference: bool) -> list[tuple]:
+    """(variant, measured) of each child process, each from the parent's starting state: the global switch
+    (`switch`), each family switch, the patched step under each family switch that some chosen op has instead of
+    a rewrite (`needed`), and the plain step on the CPU (`reference`)."""
+    if not (switch or reference):
+        return []
     with tempfile.TemporaryDirectory(prefix="opbisect-verify-") as tmp:
         exchange = Path(tmp)
         keys = sorted(step.snapshot.keys)
         np.savez(exchange / "start.npz", *[np.asarray(v.numpy()) for v in step.snapshot.saved])
         (exchange / "start.json").write_text(json.dumps({"keys": keys, "inputs": step.inputs}))
-        out = [_child_variant(settings, exchange, "global", GLOBAL, _GLOBAL_HOW, {}, step, plain)]
-        for switch in switches:
-            out.append(_child_variant(settings, exchange, "family", f"{switch}=1",
-                                      f"the environment variable {switch}=1, in a fresh process", {switch: "1"},
-                                      step, plain))
-        for switch in needed:
-            out.append(_child_variant(settings, exchange, "patched", f"{PATCHED} + {switch}=1",
-                                      f"the patched step under {switch}=1 (the ops with no rewrite), in a fresh "
-                                      f"process", {switch: "1"}, step, plain))
+        out = [_child_variant(settings, exchange, "global", GLOBAL, _GLOBAL_HOW, {}, plain)] if switch else []
+        for name in switches:
+            out.append(_child_variant(settings, exchange, "family", f"{name}=1",
+                                      f"the environment variable {name}=1, in a fresh process", {name: "1"}, plain))
+        for name in needed:
+            out.append(_child_variant(settings, exchange, "patched", f"{PATCHED} + {name}=1",
+                                      f"the patched step under {name}=1 (the ops with no rewrite), in a fresh "
+                                      f"process", {name: "1"}, plain))
+        if reference:
+            # The weighted sum digests the same bits alike on every device (the fused op computes it too), so
+            # the child's inputs can be checked against the parent's; farmhash runs only on a CPU.
+            same = "farmhash" if step.fingerprinter == "farmhash" else "wsum"
+            v, m = _child_variant(dataclasses.replace(settings, fingerprint=same), exchange, "cpu", CPU_REFERENCE,
+                                  _CPU_HOW, {}, plain)
+            v.reference = True
+            out.append((v, m))
     return out
 
 
-def _child_variant(settings, exchange: Path, variant: str, name: str, how: str, env: dict, step, plain) -> Variant:
+_CPU_HOW = "the plain step on the CPU, in a fresh process: the numerical reference (not a remedy)"
+
+
+def _child_variant(settings, exchange: Path, variant: str, name: str, how: str, env: dict, plain) -> tuple:
     from .execute.processes import _run_child
     from .execute.variants import Measured
 
-    child = dataclasses.replace(settings, variant=variant, exchange=exchange, switches=False)
+    child = dataclasses.replace(settings, variant=variant, exchange=exchange, switches=False, cpu_reference="off",
+                                device="cpu" if variant == "cpu" else settings.device)
     done = _run_child([sys.executable, "-m", "opbisect", "verify", *child.to_argv()], {**os.environ, **env})
     result = exchange / f"{variant}.json"
     if done.returncode != 0 or not result.is_file():
         last = (done.stderr.strip().splitlines() or [""])[-1]
-        return Variant(name=name, how=how, error=f"the child process failed (exit {done.returncode}): {last}")
+        return Variant(name=name, how=how, error=f"the child process failed (exit {done.returncode}): {last}"), None
     got = json.loads(result.read_text())
     arrays = np.load(exchange / f"{variant}.npz")
     measured = Measured(results=got["results"], times=got["times"],
                         first={n: arrays[f"arr_{i}"] for i, n in enumerate(got["names"])}, error=got["error"])
     result.unlink()
-    return _variant(name, how, measured, plain, comparable=got["comparable"])
+    return _variant(name, how, measured, plain, comparable=got["comparable"]), measured
 
 
 def _child(settings: VerifySettings) -> int:

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 import opbisect
 from opbisect.patches import PATCHES, Patch
-from opbisect.record.verification import GLOBAL, PATCHED, PLAIN
+from opbisect.record.verification import CPU_REFERENCE, GLOBAL, PATCHED, PLAIN
 from opbisect.settings import VerifySettings
 from opbisect.verify import run_verify
 
@@ -214,6 +214,8 @@ def test_the_exit_code_and_the_recommendation_are_decided_from_the_variants():
                         skipped={}, renamed={}, not_ops={}, plain_spread=0.0, variants=variants,
                         recommendation=decide(variants))
     assert made.recommendation == f"{PATCHED} + TF_CUDNN_DETERMINISTIC=1" and made.exit_code == 0
+    cheaper = Variant(name=CPU_REFERENCE, how="", runs=5, distinct=1, step_ms=0.1, reference=True)
+    assert decide(variants + [cheaper]) == made.recommendation  # a yardstick, never the remedy
     variants[-1] = v(f"{PATCHED} + TF_CUDNN_DETERMINISTIC=1", 2, 1.2)
     variants[2] = v(GLOBAL, 0, None, error="UnimplementedError: no deterministic kernel")
     assert decide(variants) == "" and not Verification(**{**made.__dict__, "variants": variants}).fixed_by
@@ -254,3 +256,17 @@ def test_deterministic_patches_an_xla_loop_body_and_keeps_its_numbers(tmp_path):
                                          "while/body::while/UnsortedSegmentSum"]
         np.testing.assert_allclose(total, plain_total, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(table.numpy(), plain_table, rtol=1e-5, atol=1e-5)
+
+
+def test_verify_compares_every_variant_with_the_step_on_the_cpu_and_never_recommends_it(tmp_path):
+    script = EXAMPLES / "embedding_sgd.py"
+    csv = ROOT / "reports" / "cpu" / "embedding_sgd" / "sources.csv"
+    code, variants, record = verify(script, tmp_path, patch=str(csv), switches=False, cpu_reference="on", runs=3)
+    assert code == 0 and list(variants.index) == [PLAIN, PATCHED, CPU_REFERENCE]
+    ref = variants.loc[CPU_REFERENCE]
+    assert ref["reference"] and ref["comparable"] and ref["error"] != ref["error"]  # NaN: no error
+    assert record["recommendation"] != CPU_REFERENCE
+    # here the step runs on the CPU too: the reference differs from either only by the race's summation order
+    for name in (PLAIN, PATCHED):
+        assert 0 <= variants.loc[name, "cpu_abs_diff"] < 1e-5
+    assert variants.loc[CPU_REFERENCE, "cpu_abs_diff"] != variants.loc[CPU_REFERENCE, "cpu_abs_diff"]  # not itself

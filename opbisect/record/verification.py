@@ -2,7 +2,8 @@
 
 Variants: `plain` (the step as written), `patched` (the report's sources replaced, opbisect.patches), `global
 switch` (enable_op_determinism, in a child process since it is process-wide), and each TensorFlow family switch
-that applies to the sources (an environment variable, in a child process). The recommendation, the cheapest
+that applies to the sources (an environment variable, in a child process); and the plain step on the CPU, the
+numerical reference (in a child process). The recommendation, the cheapest
 variant whose runs all gave the same bits, is decided once (`decide`) and stored.
 """
 
@@ -13,7 +14,7 @@ import dataclasses
 from ..errors import EXIT_CLEAN, EXIT_FOUND
 
 VERIFY_VERSION = 1
-PLAIN, PATCHED, GLOBAL = "plain", "patched", "global switch"
+PLAIN, PATCHED, GLOBAL, CPU_REFERENCE = "plain", "patched", "global switch", "cpu reference"
 
 
 @dataclasses.dataclass
@@ -26,6 +27,10 @@ class Variant:
     ratio: float | None = None  # step_ms / the plain step's
     max_abs_diff: float | None = None  # against the plain step's first run, over outputs and variables
     max_ulp: int | None = None
+    # against the plain step run on the CPU (the `cpu reference` variant), where it ran and could be compared
+    cpu_abs_diff: float | None = None
+    cpu_ulp: int | None = None
+    reference: bool = False  # the CPU reference itself: a yardstick, never recommended
     comparable: bool = True  # False: started from other values (another process, unseeded inputs)
     error: str = ""  # why it did not run (e.g. an op with no deterministic kernel raised under the switch)
 
@@ -72,7 +77,7 @@ class Verification:
 
 def decide(variants: list[Variant]) -> str:
     """The cheapest variant whose runs were bitwise identical; a variant without a time ranks last."""
-    good = [v for v in variants if v.reproducible]
+    good = [v for v in variants if v.reproducible and not v.reference]
     if not good:
         return ""
     return min(good, key=lambda v: (v.step_ms is None, v.step_ms or 0.0, v.name != PATCHED)).name

@@ -18,7 +18,7 @@ RECORD = "verification.json"
 CSV = "variants.csv"
 TEXT = "summary.txt"
 COLUMNS = ["variant", "reproducible", "distinct", "runs", "step_ms", "ratio", "max_abs_diff", "max_ulp",
-           "comparable", "error", "how"]
+           "cpu_abs_diff", "cpu_ulp", "reference", "comparable", "error", "how"]
 
 
 def frame(v: Verification) -> pd.DataFrame:
@@ -36,6 +36,8 @@ def _row(x) -> str:
         return f"  {x.name:<44} raised: {x.error}"
     same = "bitwise reproducible" if x.reproducible else f"{x.distinct} distinct results"
     agree = "" if x.max_abs_diff is None else f", max |diff| vs plain {x.max_abs_diff:.3g} ({x.max_ulp} ulp)"
+    if x.cpu_abs_diff is not None:
+        agree += f", vs the CPU {x.cpu_abs_diff:.3g} ({x.cpu_ulp} ulp)"
     if not x.comparable:
         agree = ", not compared (started from other values)"
     return f"  {x.name:<44} {same} in {x.runs} runs, {x.step_ms} ms a step ({_ratio(x)}){agree}"
@@ -53,6 +55,9 @@ def lines(v: Verification, written: Path | None = None) -> list[str]:
     out += [_row(x) for x in v.variants]
     if v.plain_spread:
         out.append(f"the plain step's own run-to-run spread: max |diff| {v.plain_spread:.3g}")
+    reference = next((x for x in v.variants if x.reference), None)
+    if reference is not None and not reference.error:
+        out.append(f"{reference.name}: a yardstick for the numbers (its own summation order), never recommended")
     if v.recommendation == PLAIN:
         out.append("recommendation: plain: the step gave one result in every run; nothing to fix in these runs")
     elif v.recommendation:
