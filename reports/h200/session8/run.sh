@@ -4,6 +4,8 @@
 # (../shared/gpu/README.md). Phases, each under the device's 10-minute call limit:
 #   bash reports/h200/session8/run.sh sparse   # check_scatter.py, then opbisect verify on the five steps with
 #                                              # large-table scatters or sparse sums
+#   bash reports/h200/session8/run.sh again    # the large-table steps again (longer limits: the CPU reference),
+#                                              # after the scatter patch went back to session 7's form
 #   bash reports/h200/session8/run.sh rest     # opbisect verify on the other committed GPU examples
 # Each verify: --runs 10, the committed CSVs, the switches and the CPU reference in fresh processes. Results in
 # /root/session8/<phase>/, packed after every step into $OUT/session8-<phase>.tgz.
@@ -29,6 +31,10 @@ if [ "$PHASE" = sparse ]; then
   verify embedding_sgd 70
   verify grad_accumulation 70
   verify embedding_table_adagrad 140
+elif [ "$PHASE" = again ]; then  # after reverting the second stage to session 7's form (see the README)
+  verify scatter_add_table 200
+  verify embedding_table_sgd 200
+  verify lm_head_xent 170 reports/h200/lm_head_xent/sources.csv,reports/h200/patched/lm_head_xent/sources.csv
 elif [ "$PHASE" = rest ]; then
   verify scatter_segment_resize 80
   verify lstm_embedding 100
