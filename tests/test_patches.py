@@ -262,35 +262,3 @@ def test_rows_unknown_while_tracing_take_the_loop_form_of_the_scan(rng):
                      input_signature=[tf.TensorSpec([None, 3]), tf.TensorSpec([None], tf.int32)])
     assert {"While", "StatelessWhile"} & {op.type for op in fn.get_concrete_function().graph.get_operations()}
     np.testing.assert_allclose(fn(data, ids).numpy(), tf.math.unsorted_segment_sum(data, ids, 5).numpy(), rtol=RTOL)
-
-
-@pytest.mark.parametrize("neutral", [-0.0, 0.0])
-def test_the_scatters_second_stage_keeps_the_first_stages_rows_and_pads_them_with_no_ops(rng, neutral):
-    keys = np.minimum(rng.zipf(1.3, 3000) - 1, 6).astype(np.int32)  # skewed: 12 chunks, 7 keys, many pairs
-    rows = integers(rng, (3000, 2))
-    got_keys, got = (t.numpy() for t in tf.function(reductions._distinct_sums)(tf.constant(keys), rows,
-                                                                                tf.constant(7), neutral))
-    distinct = len(np.unique(keys))
-    assert len(got_keys) > distinct  # as many rows as (key, chunk) pairs: padding rows follow the sums
-    assert list(got_keys[:distinct]) == sorted(np.unique(keys))
-    want = np.zeros((7, 2), np.float32)
-    np.add.at(want, keys, rows.numpy())
-    assert bitwise(got[:distinct], want[np.unique(keys)])
-    padding = got[distinct:]
-    assert bitwise(padding, np.full_like(padding, neutral))  # -0.0 stays -0.0: adding it changes no float
-    assert set(got_keys[distinct:]) <= set(keys)  # real keys: in range for any scatter
-
-
-@pytest.mark.parametrize("op_type", ["ResourceScatterAdd", "ResourceScatterSub"])
-def test_a_skewed_scatter_in_the_gpu_form_writes_what_the_op_writes_negative_zeros_kept(rng, op_type):
-    # -0.0 in the rows no index touches (40-59), and in some that it does: the sums there are not zero (an exact
-    # cancellation leaves -0.0 - 0.0 = -0.0 where subtracting the updates one by one gives +0.0)
-    start = tf.constant(np.where(rng.random((60, 3)) < 0.5, -0.0, 1.5).astype(np.float32))
-    indices = tf.constant((np.minimum(rng.zipf(1.2, 5000), 40) - 1).astype(np.int64))
-    updates = tf.constant(rng.integers(1, 9, (5000, 3)).astype(np.float32))  # positive: no sum is zero
-    plain, ours = tf.Variable(start), tf.Variable(start)
-    getattr(tf.raw_ops, op_type)(resource=plain.handle, indices=indices, updates=updates)
-    ctx = PatchContext(op_type=op_type, attrs={}, **FORMS["gpu"])
-    fn = tf.function(lambda h, i, u: PATCHES[op_type].build(ctx, h, i, u))
-    fn(ours.handle, indices, updates)
-    assert bitwise(ours.numpy(), plain.numpy())

@@ -14,10 +14,8 @@ Every one becomes a sum per key in a fixed order, built three ways (`_path` pick
   output rows and adds the input rows into them in input order), and O(n).
 None is NVIDIA's float64 upcast (which was shown not to be deterministic): the sum stays in a fixed order.
 
-Scatters combine the updates of each repeated index first, then scatter one update per index (so a row whose
-updates cancel exactly ends as x - 0.0, where the op's one-by-one adds end at +0.0 from x = -0.0: equal numbers,
-another sign of zero):
-- on a GPU, with the same kernels, in as many rows as the first stage's (key, chunk) pairs (`_distinct_sums`);
+Scatters combine the updates of each repeated index first, then scatter one update per index:
+- on a GPU, with SparseSegmentSumGradV2 (the distinct keys, sorted, and their sums);
 - elsewhere outside XLA, with tf.unique (first-occurrence order, deterministic) and a segment sum;
 - under XLA (no dynamic shapes), every position keeps its update slot, all but the last of each index get a
   zero: adding 0 in any order gives the same bits, so the atomics no longer matter.
@@ -168,33 +166,6 @@ def _presum(keys, rows, size):
     return tf.cast(tf.cast(pairs, tf.int64) // chunks, tf.int32), sums
 
 
-def _distinct_sums(keys, rows, size, neutral: float):
-    """(keys, sums) for a scatter: each key's rows summed, in a fixed order, in as many rows as the first stage
-    (_presum) left: one row per key, then padding rows that change nothing. `keys` are int32 in [0, size).
-
-    The first stage returns its (key, chunk) sums sorted by key, its row count known on the host once it ran. The
-    second keeps that count: each run of one key is numbered by a cumulative sum and the sort kernel adds each
-    run into its own row. (SparseSegmentSumGradV2's distinct keys would make the GPU tell the host how many there
-    are: a wait for everything queued before it.) Padding row j writes `neutral` (the value whose add or subtract
-    leaves every float as it is, -0.0 included) to the j-th first-stage key: a real key, and no key gets more
-    padding rows than it has chunks."""
-    import tensorflow as tf
-
-    keys, partial = _presum(keys, rows, size)
-    if keys.shape[0] is not None and keys.shape[0] <= _CHUNK:  # left unsorted: the kernel's own distinct keys
-        sums, distinct = tf.raw_ops.SparseSegmentSumGradV2(grad=partial, indices=keys,
-                                                           segment_ids=tf.range(tf.size(keys)), dense_output_dim0=size)
-        return distinct, sums
-    count = tf.size(keys)  # a shape's size: in host memory, no wait
-    starts = tf.concat([tf.ones([1], tf.bool), tf.not_equal(keys[1:], keys[:-1])], 0)
-    run = tf.cumsum(tf.cast(starts, tf.int32)) - 1
-    sums = tf.raw_ops.SparseSegmentSumGrad(grad=partial, indices=run, segment_ids=tf.range(count), output_dim0=count)
-    run_keys = tf.math.unsorted_segment_max(keys, run, count)  # an integer max: any order gives the same
-    padding = run_keys < 0  # the rows past the last run: empty segments
-    return (tf.where(padding, keys, run_keys),
-            tf.where(_column(padding, sums), tf.constant(neutral, sums.dtype), sums))
-
-
 def _sorted_kernel_sum(rows, ids, num_segments):
     import tensorflow as tf
 
@@ -305,10 +276,9 @@ def _gather(data, indices):
 _SCATTER_HOW = "the updates of each repeated index summed deterministically first, then one update per index"
 
 
-def _scatter(ctx, write, target, indices, updates, slice_rows, slice_shape, neutral: float):
+def _scatter(ctx, write, target, indices, updates, slice_rows, slice_shape):
     """Call `write(target, indices, updates)` with duplicates combined; `slice_rows` is the target's first
-    dimension, `slice_shape` the shape each index addresses (to broadcast a scalar update), `neutral` the update
-    that leaves any value as it is (-0.0 for an add, 0.0 for a subtract)."""
+    dimension, `slice_shape` the shape each index addresses (to broadcast a scalar update)."""
     import tensorflow as tf
 
     updates = tf.broadcast_to(updates, tf.concat([tf.shape(indices), slice_shape], 0))
@@ -319,7 +289,11 @@ def _scatter(ctx, write, target, indices, updates, slice_rows, slice_shape, neut
         keys, size = _spare_key(keys, slice_rows)
 
         def combined():
-            write(target, *_distinct_sums(keys, rows, size, neutral))
+            partial_keys, partial = _presum(keys, rows, size)
+            sums, distinct = tf.raw_ops.SparseSegmentSumGradV2(
+                grad=partial, indices=partial_keys, segment_ids=tf.range(tf.size(partial_keys)),
+                dense_output_dim0=size)
+            write(target, distinct, sums)
 
         return _unless_empty(keys, combined, lambda: None)
     positions, sums = combine(tf.cast(keys, tf.int64), rows, ctx)
@@ -344,7 +318,7 @@ def _resource_scatter(ctx, op_type: str, resource, indices, updates):
     with _on_host():
         rows, slice_shape = shape[0], tf.cast(shape[1:], tf.int32)
     _scatter(ctx, lambda r, i, u: write(resource=r, indices=i, updates=u), resource, indices, updates, rows,
-             slice_shape, neutral=-0.0 if op_type == "ResourceScatterAdd" else 0.0)
+             slice_shape)
     return []
 
 
