@@ -6,7 +6,7 @@
 #                                              # large-table scatters or sparse sums
 #   bash reports/h200/session8/run.sh again    # the large-table steps again (longer limits: the CPU reference),
 #                                              # after the scatter patch went back to session 7's form
-#   bash reports/h200/session8/run.sh rest     # opbisect verify on the other committed GPU examples
+#   bash reports/h200/session8/run.sh rest     # opbisect verify on the mixed-precision fit and the LM head
 # Each verify: --runs 10, the committed CSVs, the switches and the CPU reference in fresh processes. Results in
 # /root/session8/<phase>/, packed after every step into $OUT/session8-<phase>.tgz.
 set -u
@@ -35,10 +35,8 @@ elif [ "$PHASE" = again ]; then  # after reverting the second stage to session 7
   verify scatter_add_table 200
   verify embedding_table_sgd 200
   verify lm_head_xent 170 reports/h200/lm_head_xent/sources.csv,reports/h200/patched/lm_head_xent/sources.csv
-elif [ "$PHASE" = rest ]; then
-  verify scatter_segment_resize 80
-  verify lstm_embedding 100
-  verify lm_head_xent 170 reports/h200/lm_head_xent/sources.csv,reports/h200/patched/lm_head_xent/sources.csv
-  verify mixed_precision_fit 120
+elif [ "$PHASE" = rest ]; then  # the LM head's CPU reference (a 32k vocabulary on the CPU) needs the longer limit
+  verify mixed_precision_fit 150
+  verify lm_head_xent 330 reports/h200/lm_head_xent/sources.csv,reports/h200/patched/lm_head_xent/sources.csv
 fi
 pack
