@@ -155,3 +155,9 @@ def limit_mirrored_strategies(replicas: int) -> None:
         return original(self, tuple(devices)[:replicas])
 
     extended._initialize_strategy = first_devices
+
+
+def call_flat(concrete, flat: list):
+    """Call a concrete function on its flat tensor arguments, skipping the structured binding and type checks of
+    each argument: for a restore of 2400 variables, 12 ms a call instead of 100 ms."""
+    return concrete._call_flat(flat, concrete.captured_inputs)

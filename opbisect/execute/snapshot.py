@@ -5,11 +5,12 @@ from __future__ import annotations
 _RESTORERS: dict[tuple, object] = {}  # one traced restore per set of variables, shared by every snapshot of it
 
 
-def _restorer(variables: list):
-    """A tf.function writing values (its argument) into `variables`: traced once, whatever the snapshot."""
+def _restorer(variables: list, values: list):
+    """A concrete function writing values (its flat arguments) into `variables`: traced once, whatever the
+    snapshot (every snapshot of a set of variables has their shapes and dtypes)."""
     import tensorflow as tf
 
-    key = tuple(id(v) for v in variables)
+    key = tuple((id(v), tuple(x.shape)) for v, x in zip(variables, values))  # a variable may change shape
     if key not in _RESTORERS:
         def restore(values):
             for v, value in zip(variables, values):
@@ -17,7 +18,7 @@ def _restorer(variables: list):
 
         if len(_RESTORERS) >= 4:  # a process traces one step at a time: keep the latest few, free the rest
             _RESTORERS.pop(next(iter(_RESTORERS)))
-        _RESTORERS[key] = tf.function(restore, autograph=False)
+        _RESTORERS[key] = tf.function(restore, autograph=False).get_concrete_function(values)
     return _RESTORERS[key]
 
 
@@ -32,12 +33,12 @@ class Snapshot:
         self.variables = [variables[k] for k in self.keys]
         # read_value() copies: a later assign to the variable does not touch the saved tensor.
         self.saved = [tf.identity(v.read_value()) for v in self.variables]
-        self._restore = _restorer(self.variables)
+        self._restore = _restorer(self.variables, self.saved) if self.variables else None
 
     def restore(self) -> None:
         from ..capture.taps import UNOPTIMIZED
-        from ..tfcompat import grappler_options
+        from ..tfcompat import call_flat, grappler_options
 
         if self.variables:
             with grappler_options(UNOPTIMIZED):  # our own function: nothing for grappler to gain
-                self._restore(self.saved)
+                call_flat(self._restore, self.saved)

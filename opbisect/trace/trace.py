@@ -94,16 +94,41 @@ def _ours(filename: str, console_script: str | None) -> bool:
     return path.startswith(_PACKAGE_DIR) or path == console_script
 
 
+@functools.lru_cache(maxsize=8)
+def _console_script(entry: str) -> str | None:
+    """The program that runs, resolved, when it is opbisect's console script (its frames are then opbisect's)."""
+    return str(Path(entry).resolve()) if Path(entry).name.startswith("opbisect") else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _frame_kind(filename: str, console_script: str | None) -> tuple[bool, bool, bool]:
+    """(no site at all: generated code or opbisect's own, a library's, TensorFlow's) for a frame's file."""
+    skip = filename.startswith("<") or "__autograph_generated" in filename or _ours(filename, console_script)
+    return skip, any(d in filename for d in _LIBRARY_DIRS), "tensorflow" + os.sep in filename
+
+
 def pick_sites(frames, entry: str = "") -> tuple[str, str]:
-    """(user site, library site) from an op's creation frames, outermost first. `entry` is the program that
-    runs (sys.argv[0]): when it is opbisect's console script, its frames are opbisect's, not the user's."""
-    fmt = lambda f: f"{Path(f.filename).name}:{f.lineno} in {f.name}"  # noqa: E731
-    ours = str(Path(entry).resolve()) if Path(entry).name.startswith("opbisect") else None
-    frames = [f for f in frames if not f.filename.startswith("<") and "__autograph_generated" not in f.filename
-              and not _ours(f.filename, ours)]
-    user = next((f for f in reversed(frames) if not any(d in f.filename for d in _LIBRARY_DIRS)), None)
-    lib = next((f for f in reversed(frames) if "tensorflow" + os.sep not in f.filename), None)
-    return (fmt(user) if user else ""), (fmt(lib) if lib else "")
+    """(user site, library site) from an op's creation frames, outermost first: the innermost frame in the
+    user's code, and the innermost outside TensorFlow. `entry` is the program that runs (sys.argv[0]): when it is
+    opbisect's console script, its frames are opbisect's, not the user's. Read from the innermost frame out,
+    stopping once both are found (a step of 25k ops has a million frames; each file is classified once)."""
+    ours = _console_script(entry)
+    user = lib = None
+    for f in reversed(frames):
+        skip, library, tensorflow = _frame_kind(f.filename, ours)
+        if skip:
+            continue
+        if lib is None and not tensorflow:
+            lib = f
+        if user is None and not library:
+            user = f
+        if user is not None and lib is not None:
+            break
+    return _where(user), _where(lib)
+
+
+def _where(frame) -> str:
+    return f"{os.path.basename(frame.filename)}:{frame.lineno} in {frame.name}" if frame is not None else ""
 
 
 _NAME_LIKE_ATTRS = {"shared_name", "container", "config_proto", "executor_type"}
