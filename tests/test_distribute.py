@@ -27,6 +27,19 @@ strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 rng = np.random.default_rng(0)
 """
 
+# The step of the custom-loop scripts below: `replica_step` in every replica, the results summed across them.
+RUN_AND_REDUCE = """
+
+@tf.function
+def step(batch):
+    per_replica = strategy.run(replica_step, args=(batch,))
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+
+dataset = tf.data.Dataset.from_tensor_slices(rng.random((8, 4)).astype("float32")).batch(8)
+inputs = (next(iter(strategy.experimental_distribute_dataset(dataset))),)
+"""
+
 KERAS_FORM = TWO_CPUS + """
 with strategy.scope():
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(3)])
@@ -49,16 +62,7 @@ def replica_step(x):
     w.assign_add(tf.reduce_mean(update) * tf.ones([4]))
     return tf.reduce_sum(update)
 
-
-@tf.function
-def step(batch):
-    per_replica = strategy.run(replica_step, args=(batch,))
-    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-
-
-dataset = tf.data.Dataset.from_tensor_slices(rng.random((8, 4)).astype("float32")).batch(8)
-inputs = (next(iter(strategy.experimental_distribute_dataset(dataset))),)
-"""
+""" + RUN_AND_REDUCE
 
 
 FIT_FORM = TWO_CPUS + """
@@ -115,16 +119,7 @@ def replica_step(x):
     w.assign_add(tf.reduce_mean(x) * tf.ones([4]))
     return tf.reduce_sum(x) + tf.reduce_sum(noise)
 
-
-@tf.function
-def step(batch):
-    per_replica = strategy.run(replica_step, args=(batch,))
-    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-
-
-dataset = tf.data.Dataset.from_tensor_slices(rng.random((8, 4)).astype("float32")).batch(8)
-inputs = (next(iter(strategy.experimental_distribute_dataset(dataset))),)
-"""
+""" + RUN_AND_REDUCE
 
 
 def _trace(tmp_path, body: str):
@@ -212,16 +207,7 @@ def replica_step(x):
     w.assign_add(tf.reduce_mean(update) * tf.ones([4]))
     return tf.reduce_sum(update)
 
-
-@tf.function
-def step(batch):
-    per_replica = strategy.run(replica_step, args=(batch,))
-    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-
-
-dataset = tf.data.Dataset.from_tensor_slices(rng.random((8, 4)).astype("float32")).batch(8)
-inputs = (next(iter(strategy.experimental_distribute_dataset(dataset))),)
-"""
+""" + RUN_AND_REDUCE
 
 
 def _ladder(tmp_path, body: str):
