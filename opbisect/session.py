@@ -165,17 +165,24 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
         while True:
             fit_runs = runner.fit(start, target.fit, runs, "model.fit") if target.fit else None
             default_runs = runner.plain(start, feeder, runs, None, "uninstrumented step")
-            pinned_runs = runner.plain(start, feeder, runs, pinned, "uninstrumented step, grappler pinned") \
-                if pinned else None
             lap("plain passes (and model.fit)")
-            choice = facts.grappler_choice(default_runs, pinned_runs)
-            options = pinned if choice.config == "pinned" else None
-            analysed = analyse_steps(runner, trace, feeder, restored, start, inst, fp, runs,
+
+            def analyse(options, runs=runs, default_runs=default_runs):
+                done = analyse_steps(runner, trace, feeder, restored, start, inst, fp, runs,
                                      settings.magnitude_runs or runs, options, results,
                                      default_runs.differing_batches(), settings.replay_runs if settings.replay else 0,
                                      device_name(kind))
-            lap("op analysis (instrumented runs, compare, magnitudes, replays)")
-            plain = pinned_runs if choice.config == "pinned" else default_runs
+                lap("op analysis (instrumented runs, compare, magnitudes, replays)")
+                return done
+
+            def pinned_pass(runs=runs):
+                done = runner.plain(start, feeder, runs, pinned, "uninstrumented step, grappler pinned")
+                lap("plain passes (and model.fit)")
+                return done
+
+            speculate = steps == 1 and fit_runs is None and default_runs.first_differing_step() is None
+            analysed, pinned_runs, choice = _analysis_passes(analyse, pinned_pass, default_runs, pinned, speculate)
+            plain = pinned_runs if pinned_runs is not None and choice.config == "pinned" else default_runs
             unsettled = unsettled or facts.unsettled(default_runs, fit_runs, choice,
                                                      facts.observer_effect(plain.at(1), analysed[0][0].instrumented))
             if runs >= settings.max_runs or not unsettled:
@@ -188,7 +195,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
                 fingerprinter=fp.name, fingerprint=fp.key, jit_compile=bool(trace.jit_compile),
                 ops=len(trace.graph), variables=len(trace.variables), restored_variables=len(restored),
                 initial_state=initial_state, seconds=round(time.time() - started, 2), **environment(tf, kind))
-    plain = pinned_runs if choice.config == "pinned" else default_runs
+    plain = pinned_runs if pinned_runs is not None and choice.config == "pinned" else default_runs
     findings += facts.body_findings([a for a, _, _ in analysed], trace.graph.regions)
     record = Record(
         meta=meta, graph=trace.graph.to_json(), findings=findings, skipped=skipped, results=results,
@@ -203,6 +210,27 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     inputs = {op: got for _, _, step_inputs in analysed for op, got in step_inputs.items()}
     record.sources, files = reproducers(record, inputs, settings.replay_runs, kind)
     return record, files
+
+
+def _analysis_passes(analyse, pinned_pass, default_runs, pinned: dict | None, speculate: bool) -> tuple:
+    """(analysed, the pinned plain pass or None, the grappler choice).
+
+    The pinned plain pass is the baseline of the analysis under pinned grappler. When the uninstrumented step gave
+    one result (`speculate`: one step, no model.fit), the analysis runs first under pinned grappler: if the
+    instrumented step gives that same result in every run, neither pinning nor the taps changed anything and the
+    pinned pass (its grappler optimization and first call of the whole step) is not needed. Otherwise the pinned
+    pass runs, and the analysis runs again under your config where the choice says so. A step that varies gets
+    the pinned pass first, as the choice needs it before any analysis."""
+    if pinned and speculate:
+        analysed = analyse(pinned)
+        if facts.observer_effect(default_runs.at(1), analysed[0][0].instrumented).effect == "none":
+            return analysed, None, facts.pinning_not_needed()
+        pinned_runs = pinned_pass()
+        choice = facts.grappler_choice(default_runs, pinned_runs)
+        return (analysed if choice.config == "pinned" else analyse(None)), pinned_runs, choice
+    pinned_runs = pinned_pass() if pinned else None
+    choice = facts.grappler_choice(default_runs, pinned_runs)
+    return analyse(pinned if choice.config == "pinned" else None), pinned_runs, choice
 
 
 def _patched(settings: TraceSettings, target, trace) -> tuple:

@@ -22,8 +22,10 @@ from opbisect.record.model import RECORD_VERSION
 from conftest import NOISE_STEP, ROOT, trace, write_script
 
 # A numpy_function that varies only on the calls listed: each pass of the experiment runs the step once per run,
-# in a fixed order (with runs=3: the plain step under your config = calls 1-3, pinned = 4-6, instrumented = 7-9),
-# so a fault can be planted in exactly the passes a branch needs.
+# in a fixed order, so a fault can be planted in exactly the passes a branch needs. With runs=3 and 2 magnitude runs:
+# - when the plain step under your config (calls 1-3) varies: pinned = 4-6, instrumented = 7-9;
+# - when it gives one result: instrumented = 4-6, then the magnitude runs (7-8) if it found sources, then the pinned
+#   pass (9-11) only if the instrumented runs did not all give the plain step's result.
 PLANTED = """
 calls = [0]
 VARY_ON = {vary_on}
@@ -49,18 +51,28 @@ inputs = (tf.ones([4]),)
 
 
 def planted(run_step, vary_on: set, runs: int = 3, **settings):
-    """Runs calls 1..runs: the default pass, then the pinned pass, then the instrumented one."""
-    return run_step(PLANTED.format(vary_on=sorted(vary_on) or "set()"), runs=runs, magnitude_runs=2, **settings)
+    """The planted step, traced with `runs` runs and 2 magnitude runs (the order above); no replay, whose runs of
+    the planted op alone would take calls too."""
+    return run_step(PLANTED.format(vary_on=sorted(vary_on) or "set()"), runs=runs, magnitude_runs=2, replay=False,
+                    **settings)
 
 
 def test_a_difference_only_capture_creates_is_an_observer_effect_and_exits_0(run_step):
-    t = planted(run_step, set(range(13, 19)), runs=6)  # every instrumented run differs, no plain run
+    t = planted(run_step, set(range(7, 13)), runs=6)  # every instrumented run differs, no plain run (15-20 pinned)
     assert t.code == 0 and t.record.facts.observer.effect == "created"
+    assert t.record.pinned.runs == 6 and t.record.pinned.first_differing_step() is None  # its baseline ran
     assert t.sources == ["planted"] and bool(t.row("planted")["observer_effect"])
 
 
+def test_a_step_whose_instrumented_runs_give_the_plain_result_needs_no_pinned_pass(run_step):
+    t = planted(run_step, set())  # nothing varies: calls 1-3 plain, 4-6 instrumented, and no more
+    assert t.code == 0 and t.record.pinned is None
+    assert t.record.facts.grappler.config == "pinned" and t.record.facts.observer.effect == "none"
+    assert t.record.analyses[0].instrumented.as_runs().results() == t.record.default.at(1).results()
+
+
 def test_a_difference_in_too_few_runs_to_blame_capture_is_inconclusive_and_says_what_was_seen(run_step):
-    t = planted(run_step, {7, 8, 9})  # 2 of 3 instrumented runs off the common result, 0 of 3 plain: p = 0.4
+    t = planted(run_step, {4, 5, 6})  # 2 of 3 instrumented runs off the common result, 0 of 3 plain: p = 0.4
     o = t.record.facts.observer
     assert t.code == 0 and o.effect == "inconclusive"
     assert (o.plain_fired, o.plain_runs, o.instrumented_fired, o.instrumented_runs) == (0, 3, 2, 3)
@@ -86,7 +98,7 @@ def test_a_grappler_claim_on_too_few_runs_is_called_inconclusive(run_step):
 
 
 def test_when_pinning_creates_a_difference_your_config_decides_and_it_exits_0(run_step):
-    t = planted(run_step, {4, 5, 6})  # varies only pinned
+    t = planted(run_step, {4, 5, 6, 9, 10, 11})  # varies only pinned: the instrumented step (4-6), the pinned pass
     assert t.code == 0 and t.record.facts.grappler.config == "default"
     assert t.record.default.first_differing_step() is None and t.record.pinned.first_differing_step() == 1
 

@@ -78,6 +78,14 @@ def grappler_choice(default: Trajectory, pinned: Trajectory | None) -> GrapplerC
                                      "your config; the analysis runs under your config, as the verdict does")
 
 
+def pinning_not_needed() -> GrapplerChoice:
+    """The analysis ran under pinned grappler, and the instrumented step gave the uninstrumented step's bits in
+    every run: the pinned plain pass, which would be its baseline, was not needed."""
+    return GrapplerChoice("pinned", f"{PINNED_PASSES} are pinned off for the instrumented step; it gave the "
+                                    f"uninstrumented step's result in every run, so neither pinning nor the taps "
+                                    f"changed the step, and the pinned plain pass was not run")
+
+
 def unsettled(default: Trajectory, fit: Trajectory | None, choice: GrapplerChoice, observer: ObserverEffect) -> str:
     """What the runs so far leave open ("" when nothing): a deterministic verdict (more identical runs bound a
     rarer race), or a claim the counts cannot support."""

@@ -162,7 +162,7 @@ def lines(record: Record, folder: Path | None = None) -> list[str]:
     out.append(verdict_line(record.default.final(), "uninstrumented step, your grappler config"))
     if record.pinned:
         out.append(verdict_line(record.pinned.final(), "uninstrumented step, grappler pinned"))
-    if f.grappler.config == "default" and record.pinned:
+    if (f.grappler.config == "default" and record.pinned) or (f.grappler.config == "pinned" and not record.pinned):
         out.append(f"note: {f.grappler.reason}")
     out += fit_lines(record) + step_lines(record) + replica_lines(record)
     first = record.analyses[0]
