@@ -46,7 +46,8 @@ def _conclusion(fewest: Rung, most: Rung) -> tuple[str, str]:
                                   f"{most.distinct} distinct results in {most.runs} runs with {most.replicas}: the "
                                   f"difference needs several replicas (a collective, or ops that run only in some "
                                   f"replicas)" + _named(most))
-    return "deterministic", f"identical at every rung (fewest replicas{_bound(fewest)}; most{_bound(most)})"
+    weakest = max((fewest, most), key=lambda r: r.rate_bound or 0.0)
+    return "deterministic", f"identical at every rung{_bound(weakest)}"
 
 
 def _nccl(full: Rung, nccl: list[Rung]) -> str:
