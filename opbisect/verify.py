@@ -138,8 +138,7 @@ def experiment(settings: VerifySettings) -> Verification:
         switches = sorted({PATCHES[t].switch for t in types if t in PATCHES and PATCHES[t].switch})
         needed = sorted({PATCHES[t].switch for t in types if t in PATCHES and PATCHES[t].build is None})
         reference = settings.cpu_reference == "on" or (settings.cpu_reference == "auto" and step.kind == "gpu")
-        measured += _children(settings, step, plain, switches if settings.switches else [],
-                              needed if settings.switches else [], settings.switches, reference)
+        measured += _children(settings, step, plain, switches, needed, reference)
     variants = _against_reference([v for v, _ in measured], [m for _, m in measured])
     return Verification(script=str(settings.script), script_path=str(settings.script.resolve()), device=device,
                         patch=settings.patch, runs=settings.runs, replaced=patched.replaced, skipped=patched.skipped,
@@ -162,19 +161,22 @@ def _against_reference(variants: list[Variant], measured: list) -> list[Variant]
     return variants
 
 
-def _children(settings: VerifySettings, step: _Step, plain, switches: list[str], needed: list[str], switch: bool,
+def _children(settings: VerifySettings, step: _Step, plain, switches: list[str], needed: list[str],
               reference: bool) -> list[tuple]:
-    """(variant, measured) of each child process, each from the parent's starting state: the global switch
-    (`switch`), each family switch, the patched step under each family switch that some chosen op has instead of
-    a rewrite (`needed`), and the plain step on the CPU (`reference`)."""
-    if not (switch or reference):
+    """(variant, measured) of each child process, each from the parent's starting state: unless --no-switches, the
+    global switch, each family switch and the patched step under each family switch that some chosen op has
+    instead of a rewrite (`needed`); and the plain step on the CPU (`reference`)."""
+    if not settings.switches:
+        switches, needed = [], []
+    if not (settings.switches or reference):
         return []
     with tempfile.TemporaryDirectory(prefix="opbisect-verify-") as tmp:
         exchange = Path(tmp)
         keys = sorted(step.snapshot.keys)
         np.savez(exchange / "start.npz", *[np.asarray(v.numpy()) for v in step.snapshot.saved])
         (exchange / "start.json").write_text(json.dumps({"keys": keys, "inputs": step.inputs}))
-        out = [_child_variant(settings, exchange, "global", GLOBAL, _GLOBAL_HOW, {}, plain)] if switch else []
+        out = [_child_variant(settings, exchange, "global", GLOBAL, _GLOBAL_HOW, {}, plain)] if settings.switches \
+            else []
         for name in switches:
             out.append(_child_variant(settings, exchange, "family", f"{name}=1",
                                       f"the environment variable {name}=1, in a fresh process", {name: "1"}, plain))
