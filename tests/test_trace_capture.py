@@ -382,3 +382,34 @@ def test_the_pinned_options_set_the_memory_optimizer_off_for_every_call_inside_e
             assert rewrite().disable_meta_optimizer
         assert rewrite().memory_optimization == off and not rewrite().disable_meta_optimizer
     assert rewrite().memory_optimization == before != off
+
+
+def test_a_snapshot_restores_every_value_eagerly_then_through_one_traced_call(monkeypatch):
+    from opbisect.execute import snapshot
+
+    monkeypatch.setattr(snapshot, "EAGER_RESTORES", 2)  # restores 1-2 eager, from 3 on the traced function
+    variables = {"a": tf.Variable(tf.range(6.0)), "b": tf.Variable([[1, 2], [3, 4]]), "c": tf.Variable(True)}
+    saved = {k: v.numpy().copy() for k, v in variables.items()}
+    shot = snapshot.Snapshot(variables)
+    for done in range(1, 5):
+        variables["a"].assign_add(tf.ones(6))
+        variables["b"].assign(tf.zeros([2, 2], tf.int32))
+        variables["c"].assign(False)
+        shot.restore()
+        assert all((variables[k].numpy() == saved[k]).all() for k in variables)
+        assert (shot._set in snapshot._RESTORERS) == (done > 2)
+
+
+def test_the_state_fingerprint_is_the_same_eager_and_traced(monkeypatch):
+    from opbisect.capture import taps
+
+    fused, _ = fingerprint.for_device("cpu", choice="fused")
+    monkeypatch.setattr(taps, "EAGER_STATE_CALLS", 2)  # calls 1-2 eager, from 3 on the traced function
+    variables = {f"v{i}": tf.Variable(tf.random.normal([7, 3]) if i % 3 else tf.constant([i, 2, 3])) for i in range(9)}
+    variables["flag"] = tf.Variable(True)
+    state = taps.make_state_fingerprinter(variables, fused)
+    first, second, traced = state(), state(), state()
+    assert first == second == traced and len(traced) == 10
+    variables["v4"].assign_add(tf.ones([7, 3]))
+    changed = state()
+    assert [k for k in changed if changed[k] != traced[k]] == ["v4"]
