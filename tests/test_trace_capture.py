@@ -255,6 +255,20 @@ def test_an_ops_site_is_the_users_frame_never_opbisects_console_script():
         == "run.py:3 in <module>"
 
 
+def test_a_replica_threads_python_frames_are_not_the_users_site():
+    import sysconfig
+    import threading
+
+    keras_update = traceback.FrameSummary("/venv/lib/python3.11/site-packages/keras/src/optimizers/sgd.py", 123,
+                                          "update_step")
+    # MirroredStrategy runs each replica's step in a thread: its outermost frame is Python's threading module.
+    thread = traceback.FrameSummary(threading.__file__, 1073, "_bootstrap_inner")
+    assert pick_sites([thread, keras_update]) == ("", "sgd.py:123 in update_step")
+    other = traceback.FrameSummary(str(Path(sysconfig.get_paths()["stdlib"]) / "concurrent" / "futures" / "thread.py"),
+                                   59, "run")
+    assert pick_sites([other]) == ("", "thread.py:59 in run")  # no frame outside Python's: the library site only
+
+
 def test_opbisects_own_frames_are_never_the_users_and_a_users_examples_folder_is_theirs():
     import opbisect
 

@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,10 @@ from .inline import Origin, inline_calls
 _LIBRARY_DIRS = tuple(os.sep + d + os.sep for d in ("tensorflow", "keras", "site-packages", "dist-packages",
                                                      "tf_keras", "absl"))
 _PACKAGE_DIR = str(Path(__file__).resolve().parent.parent) + os.sep  # opbisect's own code
+# Python's own library is a library too: under tf.distribute a replica's step runs in a thread, whose outermost
+# frame is threading.py's, never the user's.
+_STDLIB_DIRS = tuple({str(p) + os.sep for k in ("stdlib", "platstdlib")
+                      for p in (Path(sysconfig.get_paths()[k]), Path(sysconfig.get_paths()[k]).resolve())})
 
 
 @dataclasses.dataclass
@@ -104,7 +109,8 @@ def _console_script(entry: str) -> str | None:
 def _frame_kind(filename: str, console_script: str | None) -> tuple[bool, bool, bool]:
     """(no site at all: generated code or opbisect's own, a library's, TensorFlow's) for a frame's file."""
     skip = filename.startswith("<") or "__autograph_generated" in filename or _ours(filename, console_script)
-    return skip, any(d in filename for d in _LIBRARY_DIRS), "tensorflow" + os.sep in filename
+    library = any(d in filename for d in _LIBRARY_DIRS) or filename.startswith(_STDLIB_DIRS)
+    return skip, library, "tensorflow" + os.sep in filename
 
 
 def pick_sites(frames, entry: str = "") -> tuple[str, str]:
