@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
-from conftest import cli
+from conftest import ROOT, cli
 
 TWO_CPUS = """
 import os
@@ -122,10 +123,11 @@ def replica_step(x):
 """ + RUN_AND_REDUCE
 
 
-def _trace(tmp_path, body: str):
+def _trace(tmp_path, body: str, *more: str):
     script = tmp_path / "model_step.py"
     script.write_text(body)
-    done = cli("trace", str(script), "--runs", "3", "--no-replay", "--no-progress", "--out", str(tmp_path / "r"))
+    done = cli("trace", str(script), "--runs", "3", "--no-replay", "--no-progress", "--out", str(tmp_path / "r"),
+               *more)
     folder = tmp_path / "r" / "model_step"
     return done, folder
 
@@ -144,13 +146,48 @@ def test_a_keras_model_made_under_mirrored_strategy_is_traced_as_fit_runs_it(tmp
     assert any(str(n["id"]).startswith("replica_1/") for n in nodes)  # the second replica's own ops
 
 
-def test_a_source_in_each_replica_of_strategy_run_is_named_there(tmp_path):
-    done, folder = _trace(tmp_path, CUSTOM_LOOP)
+@pytest.mark.parametrize("fingerprint", ["auto", "fused"])
+def test_a_source_in_each_replica_of_strategy_run_is_named_there(tmp_path, fingerprint):
+    done, folder = _trace(tmp_path, CUSTOM_LOOP, "--fingerprint", fingerprint)
     assert done.returncode == 1, done.stderr[-3000:]
     rows = pd.read_csv(folder / "sources.csv").set_index("op_name")
     assert set(rows.index) == {"noise", "replica_1/noise"}
     assert rows.loc["noise", "replica"] == 0 and rows.loc["replica_1/noise", "replica"] == 1
     assert rows.loc["noise", "device"] == "CPU:0" and rows.loc["replica_1/noise", "device"] == "CPU:1"
+
+
+# Builds the instrumented graph of a replicated step with the fused fingerprint op and prints, for each fused
+# node, its device and the devices of the tensors it digests.
+FUSED_PLACEMENT = """
+import json, sys
+from opbisect.capture import fingerprint, taps
+from opbisect.targets.loader import load_target
+from opbisect.trace.trace import trace_step
+
+target = load_target(sys.argv[1])
+trace = trace_step(target, target.make_inputs())
+fused, _ = fingerprint.for_device("cpu", choice="fused")
+b = taps.instrumented_graph_def(trace, taps.tappable_tensors(trace)[0], fused)[0]
+nodes = [n for n in b.gd.node if n.op == "OpbisectFingerprint"]
+print(json.dumps([[n.device, sorted({b.nodes[i.split(":")[0]].device for i in n.input})] for n in nodes]))
+"""
+
+
+def test_the_fused_fingerprint_digests_each_replicas_tensors_on_that_replicas_device(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "model_step.py").write_text(CUSTOM_LOOP)
+    (tmp_path / "placement.py").write_text(FUSED_PLACEMENT)
+    done = subprocess.run([sys.executable, str(tmp_path / "placement.py"), str(tmp_path / "model_step.py")],
+                          capture_output=True, text=True, timeout=600, env={**__import__("os").environ,
+                                                                            "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    nodes = json.loads(done.stdout.strip().splitlines()[-1])
+    replica_devices = {device for device, _ in nodes if device.endswith(("CPU:0", "CPU:1"))}
+    assert len(replica_devices) == 2  # one node (at least) on each replica's device
+    for device, inputs in nodes:
+        assert inputs == [device]  # a node reads only tensors made where it runs: nothing crosses devices
 
 
 def test_the_fit_form_under_mirrored_strategy_replays_fit_and_names_each_replicas_source(tmp_path):
