@@ -401,7 +401,8 @@ def make_state_fingerprinter(variables: dict, fingerprinter: Fingerprinter) -> C
             return {}
         calls[0] += 1
         if fingerprinter.fused and calls[0] <= EAGER_STATE_CALLS:
-            read = [tf.raw_ops.ReadVariableOp(resource=v.handle, dtype=v.dtype) for v in values]
+            read = [v.read_value() if isinstance(v, tf.distribute.DistributedValues)  # as the traced one reads
+                    else tf.raw_ops.ReadVariableOp(resource=v.handle, dtype=v.dtype) for v in values]
             return dict(zip(keys, fingerprinter.many(read).numpy().tolist()))
         with grappler_options(UNOPTIMIZED):  # our own function: grappler has nothing to gain, and costs minutes
             return dict(zip(keys, fn().numpy().tolist()))

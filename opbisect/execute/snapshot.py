@@ -63,4 +63,7 @@ class Snapshot:
         import tensorflow as tf
 
         for v, value in zip(self.variables, self.saved):
-            tf.raw_ops.AssignVariableOp(resource=v.handle, value=value)
+            if isinstance(v, tf.distribute.DistributedValues):
+                v.assign(value)  # every replica's copy: its `handle` is one copy's
+            else:
+                tf.raw_ops.AssignVariableOp(resource=v.handle, value=value)
