@@ -4,7 +4,8 @@ Each stage is its own module and decides what it can; this one wires them and st
 
     run_trace(settings)
       ReportFolder.prepare()          record/store.py    (an unusable --out fails before any run)
-      experiment(settings)                               (or across_processes(settings): P children)
+      experiment(settings)                               (or across_processes(settings): P children;
+                                                          across_workers(settings): N workers in lockstep)
         load_target                   targets/loader.py
         trace_step, check, preflight  trace/, ir/graph.py, analysis/preflight.py
         Runner.plain / .fit           execute/runner.py  (the verdict's evidence)
@@ -100,6 +101,8 @@ def run_trace(settings: TraceSettings, echo=print) -> int:
     with folder.prepare():
         if settings.processes > 1:
             record, files = across_processes(settings), {}
+        elif settings.workers > 1 and settings.agree_dir == Path():
+            record, files = across_workers(settings), {}
         elif settings.replicas:
             record, files = across_replicas(settings)
         else:
@@ -125,16 +128,21 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     from .execute.runner import Feeder, Runner, pinned_options
     from .execute.snapshot import Snapshot
     from .execute.steps import analyse_steps
+    from .execute.workers import Agreement
     from .targets.loader import load_target
     from .trace.trace import trace_step
 
     lap = Laps()
+    agree = Agreement.of(settings)
     tf, kind = setup_tensorflow(settings.device)
     if settings.replica_limit:  # a rung of --replicas
         tfcompat.limit_mirrored_strategies(settings.replica_limit)
     lap("import TensorFlow")
     target = load_target(settings.script, settings.step_name, settings.inputs_name)
     lap("load the script")
+    if agree.count > 1 and target.fit is not None:
+        raise CannotTest("--workers runs the step form and the model/data form; the fit form's model.fit is not "
+                         "kept in step across workers yet")
     trace = trace_step(target, target.make_inputs())
     lap("trace")
     target, trace, patched, notes = _patched(settings, target, trace)
@@ -171,7 +179,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
                 done = analyse_steps(runner, trace, feeder, restored, start, inst, fp, runs,
                                      settings.magnitude_runs or runs, options, results,
                                      default_runs.differing_batches(), settings.replay_runs if settings.replay else 0,
-                                     device_name(kind))
+                                     device_name(kind), agree)
                 lap("op analysis (instrumented runs, compare, magnitudes, replays)")
                 return done
 
@@ -180,13 +188,16 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
                 lap("plain passes (and model.fit)")
                 return done
 
-            speculate = steps == 1 and fit_runs is None and default_runs.first_differing_step() is None
-            analysed, pinned_runs, choice = _analysis_passes(analyse, pinned_pass, default_runs, pinned, speculate)
+            speculate = agree.all("speculate", steps == 1 and fit_runs is None
+                                  and default_runs.first_differing_step() is None)
+            analysed, pinned_runs, choice = _analysis_passes(analyse, pinned_pass, default_runs, pinned, speculate,
+                                                             agree)
             plain = pinned_runs if pinned_runs is not None and choice.config == "pinned" else default_runs
             unsettled = unsettled or facts.unsettled(default_runs, fit_runs, choice,
                                                      facts.observer_effect(plain.at(1), analysed[0][0].instrumented))
-            if runs >= settings.max_runs or not unsettled:
+            if runs >= settings.max_runs or not agree.any("look harder", bool(unsettled)):
                 break
+            unsettled = unsettled or "another worker's claims needed more runs"
             runs = settings.max_runs  # look harder: every pass again, from the same state, with more runs
     meta = Meta(script=str(settings.script), script_path=str(settings.script.resolve()), form=target.form,
                 runs=runs, steps=steps, metric_variables=metric_variables(target, trace),
@@ -212,7 +223,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     return record, files
 
 
-def _analysis_passes(analyse, pinned_pass, default_runs, pinned: dict | None, speculate: bool) -> tuple:
+def _analysis_passes(analyse, pinned_pass, default_runs, pinned: dict | None, speculate: bool, agree) -> tuple:
     """(analysed, the pinned plain pass or None, the grappler choice).
 
     The pinned plain pass is the baseline of the analysis under pinned grappler. When the uninstrumented step gave
@@ -220,10 +231,11 @@ def _analysis_passes(analyse, pinned_pass, default_runs, pinned: dict | None, sp
     instrumented step gives that same result in every run, neither pinning nor the taps changed anything and the
     pinned pass (its grappler optimization and first call of the whole step) is not needed. Otherwise the pinned
     pass runs, and the analysis runs again under your config where the choice says so. A step that varies gets
-    the pinned pass first, as the choice needs it before any analysis."""
+    the pinned pass first, as the choice needs it before any analysis. Under --workers, all skip it or none."""
     if pinned and speculate:
         analysed = analyse(pinned)
-        if facts.observer_effect(default_runs.at(1), analysed[0][0].instrumented).effect == "none":
+        if agree.all("skip the pinned pass",
+                     facts.observer_effect(default_runs.at(1), analysed[0][0].instrumented).effect == "none"):
             return analysed, None, facts.pinning_not_needed()
         pinned_runs = pinned_pass()
         choice = facts.grappler_choice(default_runs, pinned_runs)
@@ -307,6 +319,16 @@ def across_processes(settings: TraceSettings) -> Record:
         merged, meta=dataclasses.replace(merged.meta, processes=settings.processes),
         findings=merged.findings + found, processes=info, sources=rank(merged.sources + rows),
         facts=dataclasses.replace(merged.facts, verdict=verdict))
+
+
+def across_workers(settings: TraceSettings) -> Record:
+    """The experiment as the script's MultiWorkerMirroredStrategy workers, one process each, in lockstep: their
+    records merged (every worker's sources, the verdict nondeterministic when any worker's step varied)."""
+    from .analysis.workers import merge
+    from .execute.workers import run_workers
+
+    with tempfile.TemporaryDirectory(prefix="opbisect-workers-") as tmp:
+        return merge(run_workers(settings, Path(tmp), progress=lambda m: print(m, file=sys.stderr)))
 
 
 def across_replicas(settings: TraceSettings) -> tuple[Record, dict]:

@@ -120,6 +120,11 @@ class TraceSettings(Settings):
                                "also runs under NCCL_ALGO=Ring and under NCCL_NVLS_ENABLE=0")
     replica_limit: int = option(0, "child of --replicas: limit each MirroredStrategy to its first N devices",
                                 minimum=0, hidden=True)
+    workers: int = option(1, "MultiWorkerMirroredStrategy: run the experiment as this many workers on this machine, "
+                             "one process each with its TF_CONFIG, every decision that adds step calls taken by all "
+                             "of them together, and name each source with its worker", minimum=1)
+    worker_index: int = option(0, "child of --workers: this worker's task index", minimum=0, hidden=True)
+    agree_dir: Path = option(Path(), "child of --workers: the folder where the workers agree", hidden=True)
     max_runs: int = option(0, "look harder: when the first --runs leave the step deterministic, or a claim (capture "
                                 "hid or created the difference, grappler is involved) too few runs to support, run "
                                 "every pass again with this many runs (default 0: never)", minimum=0)
@@ -144,6 +149,9 @@ class TraceSettings(Settings):
                 raise UsageError("--replicas and --processes each run the experiment in child processes: use one")
             if len(rungs) < 2:
                 raise UsageError(f"--replicas needs at least two rungs, e.g. 1,all (got {self.replicas!r})")
+        if self.workers > 1 and (self.processes > 1 or self.replicas):
+            raise UsageError("--workers runs the experiment in child processes, as --processes and --replicas do: "
+                             "use one")
 
     def replica_rungs(self) -> list[int]:
         """`--replicas` as replica limits, in the order given: 0 for `all` (the strategy as the script makes it)."""

@@ -55,6 +55,9 @@ def test_bad_arguments_are_usage_errors_that_abort_git_bisect(capsys, tmp_path):
     code, _, err = run_main(capsys, "trace", str(EXAMPLES / "bert_like.py"), "--replicas", "1,all",
                             "--processes", "2")
     assert code == 128 and "use one" in err
+    for other in (("--processes", "2"), ("--replicas", "1,all")):
+        code, _, err = run_main(capsys, "trace", str(EXAMPLES / "bert_like.py"), "--workers", "2", *other)
+        assert code == 128 and "use one" in err
 
 
 def test_syntax_error_shows_the_users_traceback_and_exits_2(capsys, tmp_path):

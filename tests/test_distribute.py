@@ -289,3 +289,77 @@ def test_a_ladder_without_a_strategy_to_limit_says_nothing_changed(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     ladder = json.loads((tmp_path / "r" / "model_step" / "record.json").read_text())["ladder"]
     assert ladder["conclusion"] == "unchanged" and {r["replicas"] for r in ladder["rungs"]} == {1}
+
+
+# MultiWorkerMirroredStrategy: `--workers 2` runs the script as two workers on this machine, one process each.
+WORKERS = """
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+WORKER = json.loads(os.environ["TF_CONFIG"])["task"]["index"]  # set for each worker by opbisect
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    w = tf.Variable(tf.ones([4]), name="w")
+log = tf.Variable(tf.zeros([4]), name="log")  # made outside the scope: this worker's own, never all-reduced
+
+
+def noise(shape):
+    return tf.numpy_function(lambda: np.random.random(shape).astype(np.float32), [], tf.float32, name="noise")
+
+
+def replica_step(x):
+    x = x + noise([8, 4]) if WORKER in NOISY_WORKERS else x  # planted: feeds the all-reduce
+    if WORKER in LOCAL_NOISE_WORKERS:
+        log.assign(noise([4]))  # planted: stays in this worker
+    w.assign_add(tf.reduce_mean(x) * tf.ones([4]))
+    return tf.reduce_sum(x * w)
+
+
+@tf.function
+def step(batch):
+    per_replica = strategy.run(replica_step, args=(batch,))
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+
+inputs = (tf.constant(np.random.default_rng(0).random((8, 4)).astype("float32")),)
+"""
+
+
+def _workers(tmp_path, noisy: tuple = (), local: tuple = ()):
+    body = WORKERS.replace("import json", f"NOISY_WORKERS = {noisy!r}\nLOCAL_NOISE_WORKERS = {local!r}\nimport json")
+    done, folder = _trace(tmp_path, body, "--workers", "2")
+    rows = pd.read_csv(folder / "sources.csv") if done.returncode in (0, 1) else None
+    return done, folder, rows
+
+
+def test_workers_each_name_their_own_source(tmp_path):
+    done, folder, rows = _workers(tmp_path, noisy=(0, 1))
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert sorted(zip(rows["op_name"], rows["worker"])) == [("noise", 0), ("noise", 1)]
+    assert json.loads((folder / "record.json").read_text())["meta"]["workers"] == 2
+
+
+def test_an_all_reduce_carrying_another_workers_difference_is_not_a_source(tmp_path):
+    # Worker 0's all-reduce gets identical inputs from worker 0 in every run, yet varies: worker 1's input did.
+    done, _, rows = _workers(tmp_path, noisy=(1,))
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert list(zip(rows["op_name"], rows["kind"], rows["worker"])) == [("noise", "op", 1)]
+
+
+def test_workers_keep_their_step_calls_matched_when_only_one_varies(tmp_path):
+    # Alone, worker 0 (deterministic) would skip the pinned pass and worker 1 (varying) would run it: one more
+    # step call in worker 1, whose all-reduce would wait for worker 0 forever. Together, both run it.
+    done, folder, rows = _workers(tmp_path, local=(1,))
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert list(zip(rows["op_name"], rows["worker"])) == [("noise", 1)]
+    record = json.loads((folder / "record.json").read_text())
+    assert record["pinned"] is not None  # worker 0's record: it ran the pinned pass for worker 1
+
+
+def test_deterministic_workers_exit_0(tmp_path):
+    done, _, rows = _workers(tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert rows.empty

@@ -18,7 +18,7 @@ from ..errors import EXIT_CANNOT_TEST, EXIT_USAGE, CannotTest, InternalError, Us
 from ..record import store
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child, before exec: ask the kernel for SIGTERM when the parent dies (Linux prctl)."""
     try:
         import ctypes
@@ -30,7 +30,7 @@ def _die_with_parent() -> None:
 
 def _run_child(cmd: list[str], env: dict) -> subprocess.CompletedProcess:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
     try:
         out, err = proc.communicate()
     except BaseException:
@@ -58,12 +58,16 @@ def run_children(settings, folder: Path, progress=print) -> tuple[list, list[str
     return records, seeds
 
 
+def child_error(code: int) -> type:
+    """The error a child's exit code names (not 0 or 1): cannot test, usage, or else internal."""
+    return {EXIT_CANNOT_TEST: CannotTest, EXIT_USAGE: UsageError}.get(code, InternalError)
+
+
 def trace_in_child(child, env: dict, what: str):
     """`opbisect trace` with the child's settings in a fresh process: its record. A child that could not give a
     verdict raises the error its exit code names (its stderr's tail shown), never a verdict."""
     done = _run_child([sys.executable, "-m", "opbisect", "trace", *child.to_argv()], env)
     if done.returncode not in (0, 1):
         sys.stderr.write(done.stderr[-4000:])
-        error = {EXIT_CANNOT_TEST: CannotTest, EXIT_USAGE: UsageError}.get(done.returncode, InternalError)
-        raise error(f"{what} failed (exit {done.returncode})")
+        raise child_error(done.returncode)(f"{what} failed (exit {done.returncode})")
     return store.load(child.out / child.script.stem)

@@ -19,13 +19,17 @@ from ..replay.call import NotReplayable, op_call
 from ..replay.rerun import not_replayed, replay
 from .runner import Feeder, Runner
 from .snapshot import Snapshot
+from .workers import Agreement
 
 
 def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: Snapshot, inst, fingerprinter,
                   runs: int, magnitude_runs: int, options, results: list[str], differing_batches: list[int] = (),
-                  replay_runs: int = 0, device: str = "/device:CPU:0") -> list[tuple[StepAnalysis, Comparison, dict]]:
+                  replay_runs: int = 0, device: str = "/device:CPU:0",
+                  agree: Agreement | None = None) -> list[tuple[StepAnalysis, Comparison, dict]]:
     """Per step: its analysis, its comparison, and {source op: (OpCall, input values, states)} of the sources
-    replayed alone (what their reproducers need)."""
+    replayed alone (what their reproducers need). Under --workers the magnitude pass runs in every worker when
+    any needs it (`agree`): their step calls stay in step."""
+    agree = agree or Agreement()
     analyses, seen = [], set()
     node_defs = {n.name: n for n in trace.graph_def.node}
     runner.restore(start)
@@ -53,7 +57,7 @@ def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: 
         full = list(dict.fromkeys([t for s in new for t in s.tensors if not TensorRef.parse(t).region]
                                   + [t for c, pre in calls.values() for t in c.captured + list(pre.values()) if t]))
         magnitudes, inputs = {}, {}
-        if full:
+        if agree.any(f"magnitude pass of step {k}", bool(full)):
             _, arrays = runner.instrumented(capture.build(trace, [], fingerprinter, full, descend=False), snapshot,
                                             args_for_run, magnitude_runs, options, "magnitudes of the sources")
             column = {t: [run[i] for run in arrays] for i, t in enumerate(full)}

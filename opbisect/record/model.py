@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from functools import cached_property
 
-RECORD_VERSION = 5
+RECORD_VERSION = 6
 
 
 @dataclasses.dataclass
@@ -160,6 +160,7 @@ class Source:
     reproducer: str = ""  # the standalone script in the report folder (repro/<rank>_<op_type>.py)
     replica: int | None = None  # under tf.distribute: the replica whose copy of the step the op belongs to
     device: str = ""  # the device the op was placed on in the graph (e.g. GPU:1), when the graph says
+    worker: int | None = None  # --workers: the task index of the worker whose step the op belongs to
     replay_note: str = dataclasses.field(default="", metadata={"csv": False})
     position: int = dataclasses.field(default=0, metadata={"csv": False})  # in the graph's topological order
     tensors: list[str] = dataclasses.field(default_factory=list, metadata={"csv": False})  # what differed
@@ -299,6 +300,7 @@ class Meta:
     patched: list[str] = dataclasses.field(default_factory=list)  # `trace --patch`: the ops traced already replaced
     mirrored: list[list[str]] = dataclasses.field(default_factory=list)  # each mirrored variable's copies, by replica
     replicas: int = 1  # under tf.distribute: the replicas the step ran in
+    workers: int = 1  # --workers: the MultiWorkerMirroredStrategy workers run together (this record merges them)
 
 
 @dataclasses.dataclass

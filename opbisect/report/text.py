@@ -131,12 +131,24 @@ def source_lines(record: Record, s: Source) -> list[str]:
         lines.append(f"     inside {s.region}{at}")
     if s.source_location:
         lines.append(f"     at {s.source_location}")
+    placed = _placement(s)
+    if placed:
+        lines.append(f"     in {placed}")
     if s.known_remedy:
         lines.append(f"     remedy: {s.known_remedy}")
     alone = replay_line(s)
     if alone:
         lines.append(f"     alone: {alone}")
     return lines
+
+
+def _placement(s: Source) -> str:
+    """Under tf.distribute: 'worker 1, replica 0, on GPU:0' (what is known of it); "" elsewhere."""
+    if s.worker is None and s.replica is None:
+        return ""
+    parts = [f"worker {s.worker}" if s.worker is not None else "", f"replica {s.replica}" if s.replica is not None
+             else "", f"on {s.device}" if s.device else ""]
+    return ", ".join(p for p in parts if p)
 
 
 def replay_line(s: Source) -> str:
