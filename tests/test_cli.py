@@ -167,7 +167,8 @@ def test_every_option_reaches_a_child_process_unchanged():
     changed = TraceSettings(script=Path("a b/step.py"), runs=7, out=Path("o"), step_name="s", inputs_name="i",
                             device="cpu", pin_grappler=False, fingerprint="wsum", steps=3, processes=2,
                             magnitude_runs=4, replay=False, replay_runs=9, html=True, progress=False, max_runs=12,
-                            patch="r/s.csv,AddN", replicas="1,all", replica_limit=2)
+                            patch="r/s.csv,AddN", replicas="1,all", replica_limit=2, workers=3,
+                            worker_index=1, agree_dir=Path("a g"))
     defaults = {f.name: f.default for f in dataclasses.fields(TraceSettings)}
     assert all(getattr(changed, k) != v for k, v in defaults.items() if k != "script")  # every option is set
     again = TraceSettings.from_namespace(_parser().parse_args(["trace", *changed.to_argv()]))
