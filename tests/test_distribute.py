@@ -383,3 +383,12 @@ fit_kwargs = {"epochs": 1}
     done, folder = _trace(tmp_path, body, "--workers", "2")
     assert done.returncode == 125, done.stderr[-3000:]  # never 0 or 1: no verdict was reached
     assert "fit form" in done.stderr and not folder.exists()
+
+
+def test_workers_on_a_gpu_machine_each_get_an_even_share_of_the_gpus():
+    from opbisect.execute.workers import gpu_shares
+
+    assert gpu_shares(2, 2) == ["0", "1"]
+    assert gpu_shares(8, 2) == ["0,1,2,3", "4,5,6,7"]
+    assert gpu_shares(3, 2) == ["0", "1"]  # an even split: the third GPU stays idle
+    assert gpu_shares(1, 2) == [] and gpu_shares(0, 2) == []  # fewer GPUs than workers: left as they are

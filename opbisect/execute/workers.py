@@ -85,16 +85,35 @@ def tf_configs(count: int) -> list[str]:
     return [json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}) for i in range(count)]
 
 
+def gpu_shares(gpus: int, workers: int) -> list[str]:
+    """CUDA_VISIBLE_DEVICES of each worker: the machine's GPUs split evenly, in order (each TensorFlow process
+    takes the memory of every GPU it sees); none where there are fewer GPUs than workers."""
+    if gpus < workers:
+        return []
+    per = gpus // workers
+    return [",".join(str(g) for g in range(i * per, (i + 1) * per)) for i in range(workers)]
+
+
+def _gpu_count() -> int:
+    """The machine's NVIDIA GPUs, without importing TensorFlow here (nvidia-smi; 0 where there is none)."""
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in done.stdout.splitlines()) if done.returncode == 0 else 0
+
+
 def run_workers(settings, folder: Path, progress=print) -> list:
     """The experiment in `settings.workers` worker processes started together; their records, by task index."""
     agree_dir = folder / "agree"
     agree_dir.mkdir(parents=True)
     procs = []
+    shares = [] if "CUDA_VISIBLE_DEVICES" in os.environ else gpu_shares(_gpu_count(), settings.workers)
     try:
         for i, config in enumerate(tf_configs(settings.workers)):
             child = dataclasses.replace(settings, worker_index=i, agree_dir=agree_dir, out=folder / f"worker{i}",
                                         progress=False, html=False)
-            env = {**os.environ, "TF_CONFIG": config}
+            env = {**os.environ, "TF_CONFIG": config, **({"CUDA_VISIBLE_DEVICES": shares[i]} if shares else {})}
             env.setdefault("PYTHONHASHSEED", "0")  # the same program in every worker: the same op names
             log = open(folder / f"worker{i}.log", "w")
             procs.append((child, log, subprocess.Popen(
