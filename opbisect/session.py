@@ -239,7 +239,12 @@ def _analysis_passes(analyse, pinned_pass, default_runs, pinned: dict | None, sp
             return analysed, None, facts.pinning_not_needed()
         pinned_runs = pinned_pass()
         choice = facts.grappler_choice(default_runs, pinned_runs)
-        return (analysed if choice.config == "pinned" else analyse(None)), pinned_runs, choice
+        # Under --workers every worker analyses again when one needs to (their step calls stay matched), and
+        # keeps the analysis its own choice names.
+        if agree.any("analyse under your config", choice.config != "pinned"):
+            again = analyse(None)
+            analysed = analysed if choice.config == "pinned" else again
+        return analysed, pinned_runs, choice
     pinned_runs = pinned_pass() if pinned else None
     choice = facts.grappler_choice(default_runs, pinned_runs)
     return analyse(pinned if choice.config == "pinned" else None), pinned_runs, choice

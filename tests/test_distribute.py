@@ -314,6 +314,9 @@ def replica_step(x):
     x = x + noise([8, 4]) if WORKER in NOISY_WORKERS else x  # planted: feeds the all-reduce
     if WORKER in LOCAL_NOISE_WORKERS:
         log.assign(noise([4]))  # planted: stays in this worker
+    if WORKER in PINNED_NOISE_WORKERS:  # planted: stays in this worker, and varies only under pinned grappler
+        log.assign(tf.numpy_function(lambda: np.random.random(4).astype(np.float32) * float(
+            tf.config.optimizer.get_experimental_options().get("constant_folding", True) is False), [], tf.float32))
     w.assign_add(tf.reduce_mean(x) * tf.ones([4]))
     return tf.reduce_sum(x * w)
 
@@ -328,8 +331,9 @@ inputs = (tf.constant(np.random.default_rng(0).random((8, 4)).astype("float32"))
 """
 
 
-def _workers(tmp_path, noisy: tuple = (), local: tuple = ()):
-    body = WORKERS.replace("import json", f"NOISY_WORKERS = {noisy!r}\nLOCAL_NOISE_WORKERS = {local!r}\nimport json")
+def _workers(tmp_path, noisy: tuple = (), local: tuple = (), pinned: tuple = ()):
+    body = WORKERS.replace("import json", f"NOISY_WORKERS = {noisy!r}\nLOCAL_NOISE_WORKERS = {local!r}\n"
+                                          f"PINNED_NOISE_WORKERS = {pinned!r}\nimport json")
     done, folder = _trace(tmp_path, body, "--workers", "2")
     rows = pd.read_csv(folder / "sources.csv") if done.returncode in (0, 1) else None
     return done, folder, rows
@@ -357,6 +361,16 @@ def test_workers_keep_their_step_calls_matched_when_only_one_varies(tmp_path):
     assert list(zip(rows["op_name"], rows["worker"])) == [("noise", 1)]
     record = json.loads((folder / "record.json").read_text())
     assert record["pinned"] is not None  # worker 0's record: it ran the pinned pass for worker 1
+
+
+def test_workers_that_choose_different_grappler_configs_still_analyse_in_step(tmp_path):
+    # Worker 1's step varies only with grappler pinned, so it analyses again under the user's config, where
+    # worker 0 keeps its pinned analysis: worker 0 runs that analysis too, or worker 1's collectives would hang.
+    done, folder, rows = _workers(tmp_path, pinned=(1,))
+    assert done.returncode == 0, done.stderr[-3000:]  # neither worker's uninstrumented step varies
+    record = json.loads((folder / "record.json").read_text())
+    assert record["facts"]["grappler"]["config"] == "pinned" and len(record["analyses"]) == 1  # worker 0's own
+    assert rows.empty
 
 
 def test_deterministic_workers_exit_0(tmp_path):
