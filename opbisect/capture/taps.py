@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.ids import TensorRef, split_op_id
-from ..tfcompat import grappler_options
+from ..tfcompat import grappler_options, read_now
 from ..trace.inline import parse_input
 from ..trace.trace import Trace
 from .fingerprint import Fingerprinter, tappable
@@ -401,9 +401,7 @@ def make_state_fingerprinter(variables: dict, fingerprinter: Fingerprinter) -> C
             return {}
         calls[0] += 1
         if fingerprinter.fused and calls[0] <= EAGER_STATE_CALLS:
-            read = [v.read_value() if isinstance(v, tf.distribute.DistributedValues)  # as the traced one reads
-                    else tf.raw_ops.ReadVariableOp(resource=v.handle, dtype=v.dtype) for v in values]
-            return dict(zip(keys, fingerprinter.many(read).numpy().tolist()))
+            return dict(zip(keys, fingerprinter.many([read_now(v) for v in values]).numpy().tolist()))
         with grappler_options(UNOPTIMIZED):  # our own function: grappler has nothing to gain, and costs minutes
             return dict(zip(keys, fn().numpy().tolist()))
 

@@ -60,10 +60,7 @@ class Snapshot:
             call_flat(_RESTORERS[self._set], self.saved)
 
     def _assign_eagerly(self) -> None:
-        import tensorflow as tf
+        from ..tfcompat import assign_now
 
         for v, value in zip(self.variables, self.saved):
-            if isinstance(v, tf.distribute.DistributedValues):
-                v.assign(value)  # every replica's copy: its `handle` is one copy's
-            else:
-                tf.raw_ops.AssignVariableOp(resource=v.handle, value=value)
+            assign_now(v, value)
