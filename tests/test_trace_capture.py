@@ -352,12 +352,15 @@ data = (tf.ones([2, 4]), tf.ones([2, 1]))
 
 
 def test_where_the_fused_op_cannot_be_built_a_gpu_falls_back_to_the_weighted_sum_once_and_says_so(monkeypatch,
-                                                                                                  tmp_path):
-    from opbisect.capture import fingerprint, kernels
+                                                                                                  tmp_path, request):
+    from opbisect import kernels
+    from opbisect.capture import fingerprint
 
     monkeypatch.setenv("OPBISECT_CACHE", str(tmp_path))
     monkeypatch.setenv("PATH", str(tmp_path / "no-compiler-here"))
     monkeypatch.setattr(kernels, "cuda_home", lambda: None)
+    kernels._module.cache_clear()  # a library loaded earlier in this process (TensorFlow keeps it loaded)
+    request.addfinalizer(kernels._module.cache_clear)
     fp, note = fingerprint.for_device("gpu")
     assert fp.key == "wsum" and "could not be built" in note
     fp, note = fingerprint.for_device("cpu", ops=fingerprint.FUSED_ON_CPU_FROM_OPS)  # a large step on a CPU

@@ -146,7 +146,7 @@ class FusedFingerprinter(Fingerprinter):
     fused = True
 
     def __init__(self, cuda: bool):
-        from . import kernels
+        from .. import kernels
 
         self.module = kernels.load(cuda)  # raises kernels.BuildError
         # On a GPU, TensorFlow keeps int32 tensors in host memory: digest those on the CPU.
@@ -183,7 +183,7 @@ def for_device(device: str, jit: bool = False, choice: str = "auto", ops: int = 
     TensorFlow ops). `choice` forces one: farmhash, wsum or fused. `ops`: the step's size, which picks the
     fused op on a CPU from FUSED_ON_CPU_FROM_OPS.
     """
-    from .kernels import BuildError
+    from ..kernels import BuildError
 
     if choice == "farmhash":
         return FarmhashFingerprinter(), ""

@@ -1,12 +1,17 @@
 """Sums whose order a GPU's atomics or a CPU's threads pick: segment sums and scatters with duplicate indices.
 
-Every one becomes a sum per key in a fixed order, built three ways (`_path` picks one per node):
-- **gpu** (a GPU outside XLA, floating dtypes): TensorFlow's own sort-based kernels for the gradients of the
-  sparse segment sums, `SparseSegmentSumGrad` (a dense sum per key) and `SparseSegmentSumGradV2` (one sum per
-  distinct key, and the sorted keys). On a GPU, TF 2.21 runs both as a stable radix sort of the keys, then
-  `SegmentReduceGPU` (one thread per output element adds its segment's rows in order, a fixed tree in shared
-  memory when a block spans rows), always, with no switch: `segment_reduction_ops_gpu.cu.h` calls it
-  deterministic. Five kernels, where the scan below takes about 60.
+Every one becomes a sum per key in a fixed order, built four ways (`_path` picks one per node):
+- **combine** (a GPU outside XLA, floating dtypes): opbisect's own op, `OpbisectCombine` (opbisect/kernels,
+  combine.h): a stable radix sort of the keys, each key's rows added in chunks of consecutive rows, then the
+  chunks' sums, each add in a fixed place; one row per distinct key, padded to the input's size, so nothing waits
+  for the host. The keys are distinct after it, so the scatter or segment sum that writes the result adds at most
+  one value per element: its atomics have no order to pick.
+- **sorted** (the same, where opbisect's op library cannot be built): TensorFlow's own sort-based kernels for the
+  gradients of the sparse segment sums, `SparseSegmentSumGrad` (a dense sum per key) and
+  `SparseSegmentSumGradV2` (one sum per distinct key, and the sorted keys). On a GPU, TF 2.21 runs both as a
+  stable radix sort of the keys, then `SegmentReduceGPU` (one thread per output element adds its segment's rows
+  in order), always, with no switch: `segment_reduction_ops_gpu.cu.h` calls it deterministic. They size their
+  output from the count of distinct keys, which waits for the GPU: slower than the combine.
 - **scan** (under XLA, and any other dtype): sort the rows by key (a stable sort), then a segmented inclusive
   scan by doubling (Hillis-Steele), in which every row's partial sum is formed by the same adds in the same tree
   order on every run. Only sorts, gathers, `where` and elementwise adds: no atomics, no repeated scatter index.
@@ -15,13 +20,17 @@ Every one becomes a sum per key in a fixed order, built three ways (`_path` pick
 None is NVIDIA's float64 upcast (which was shown not to be deterministic): the sum stays in a fixed order.
 
 Scatters combine the updates of each repeated index first, then scatter one update per index:
-- on a GPU, with SparseSegmentSumGradV2 (the distinct keys, sorted, and their sums);
+- on a GPU, with the combine (or SparseSegmentSumGradV2): its padding slots, and indices out of range, get
+  index -1, which the GPU scatter ignores as it ignores every index out of range;
 - elsewhere outside XLA, with tf.unique (first-occurrence order, deterministic) and a segment sum;
 - under XLA (no dynamic shapes), every position keeps its update slot, all but the last of each index get a
   zero: adding 0 in any order gives the same bits, so the atomics no longer matter.
 """
 
 from __future__ import annotations
+
+import functools
+import warnings
 
 from .registry import SEGMENT_SWITCH, register
 
@@ -83,12 +92,29 @@ _SORT_KERNEL_DTYPES = ("float16", "bfloat16", "float32", "float64")  # TF's GPU 
 
 
 def _path(ctx, dtype) -> str:
-    """Which of the three forms above a node gets: "cpu", "gpu" or "scan"."""
+    """Which of the four forms above a node gets: "cpu", "combine", "sorted" or "scan"."""
     if ctx.on_cpu:
         return "cpu"
-    if not ctx.xla and dtype.name in _SORT_KERNEL_DTYPES:
-        return "gpu"
-    return "scan"
+    if ctx.xla or dtype.name not in _SORT_KERNEL_DTYPES:
+        return "scan"
+    return "combine" if ctx.own_kernels and combine_op() is not None else "sorted"
+
+
+@functools.cache
+def combine_op():
+    """opbisect's OpbisectCombine, loaded; None where its library cannot be built here (said once, as a warning:
+    the patches then take TensorFlow's sort-based kernels)."""
+    import tensorflow as tf
+
+    from ..kernels import BuildError, load
+
+    try:
+        return load(cuda=bool(tf.config.list_physical_devices("GPU"))).opbisect_combine
+    except BuildError as exc:
+        warnings.warn(f"opbisect's combine op could not be built ({str(exc).splitlines()[0]}): the segment-sum and "
+                      f"scatter patches use TensorFlow's sort-based kernels, which wait for the GPU once per sum",
+                      stacklevel=2)
+        return None
 
 
 def segment_sum(rows, ids, num_segments, ctx):
@@ -100,9 +126,42 @@ def segment_sum(rows, ids, num_segments, ctx):
     if path == "cpu":
         with tf.device("/device:CPU:0"):
             return tf.math.unsorted_segment_sum(rows, ids, num_segments)
-    if path == "gpu":
+    if path == "combine":
+        return _combined_sum(rows, ids, num_segments)
+    if path == "sorted":
         return _sorted_kernel_sum(rows, ids, num_segments)
     return _scan_sum(rows, ids, num_segments)
+
+
+def _negative_outside(keys, num):
+    """`keys` as int32 with every key outside [0, num) replaced by -1: the combine's padding key, which the
+    segment sum and the GPU scatter drop. The combine takes int32 keys: a first dimension of 2**31 or more cannot
+    be patched this way."""
+    import tensorflow as tf
+
+    keys, num = tf.cast(keys, tf.int64), tf.cast(num, tf.int64)
+    return tf.cast(tf.where((keys >= 0) & (keys < num), keys, -1), tf.int32)
+
+
+def _combined_sum(rows, ids, num_segments):
+    import tensorflow as tf
+
+    keys = _negative_outside(ids, num_segments)
+
+    @tf.custom_gradient
+    def summed(rows):
+        distinct, sums = combine_op()(keys, rows, -1)
+        # The keys are distinct now: each output element gets at most one add, from zero, so the atomics of the
+        # GPU kernel have no order to pick. The padding's -1 is dropped.
+        total = tf.math.unsorted_segment_sum(sums, distinct, num_segments)
+
+        def gradient(upstream):  # the op's own gradient: each row gets its segment's, a dropped row zeros
+            picked = tf.gather(upstream, tf.maximum(keys, 0))
+            return tf.where(_column(keys >= 0, picked), picked, tf.zeros_like(picked))
+
+        return total, gradient
+
+    return summed(rows)
 
 
 def _on_host():
@@ -231,8 +290,9 @@ def combine(keys, rows, ctx):
     return order, tf.where(_column(last, sums), sums, tf.zeros_like(sums))
 
 
-_SEGMENT_HOW = ("a stable sort by id, then each id's rows added in a fixed order (TensorFlow's sort-based segment "
-                "kernels; a doubling scan under XLA): the same adds in the same order every run")
+_SEGMENT_HOW = ("a stable sort by id, then each id's rows added in a fixed order (opbisect's combine op on a GPU, or "
+                "TensorFlow's sort-based segment kernels; a doubling scan under XLA): the same adds in the same order "
+                "every run")
 
 
 @register("UnsortedSegmentSum", how=_SEGMENT_HOW, switch=SEGMENT_SWITCH)
@@ -276,14 +336,20 @@ def _gather(data, indices):
 _SCATTER_HOW = "the updates of each repeated index summed deterministically first, then one update per index"
 
 
-def _scatter(ctx, write, target, indices, updates, slice_rows, slice_shape):
+def _scatter(ctx, write, target, indices, updates, slice_rows, slice_shape, write_distinct=None):
     """Call `write(target, indices, updates)` with duplicates combined; `slice_rows` is the target's first
-    dimension, `slice_shape` the shape each index addresses (to broadcast a scalar update)."""
+    dimension, `slice_shape` the shape each index addresses (to broadcast a scalar update). On the combine's path,
+    `write_distinct(indices, sums)` writes instead where given: it may assume the indices distinct (but -1)."""
     import tensorflow as tf
 
     updates = tf.broadcast_to(updates, tf.concat([tf.shape(indices), slice_shape], 0))
     rows, keys = _as_rows(updates, indices)
-    if _path(ctx, rows.dtype) == "gpu":
+    path = _path(ctx, rows.dtype)
+    if path == "combine":
+        distinct, sums = combine_op()(_negative_outside(keys, slice_rows), rows, -1)
+        # The padding and the keys out of range: -1, ignored by the GPU write.
+        return write_distinct(distinct, sums) if write_distinct else write(target, distinct, sums)
+    if path == "sorted":
         # Every key outside the target's rows goes to the spare key (its first dimension), which the write then
         # ignores, as the GPU kernel ignores an index out of range.
         keys, size = _spare_key(keys, slice_rows)
@@ -318,8 +384,19 @@ def _resource_scatter(ctx, op_type: str, resource, indices, updates):
     with _on_host():
         rows, slice_shape = shape[0], tf.cast(shape[1:], tf.int32)
     _scatter(ctx, lambda r, i, u: write(resource=r, indices=i, updates=u), resource, indices, updates, rows,
-             slice_shape)
+             slice_shape, lambda i, u: _update_rows(op_type, resource, i, u))
     return []
+
+
+def _update_rows(op_type: str, resource, indices, sums):
+    """The scatter of distinct indices as a read, an add and a plain write: one add per element, as the atomic
+    scatter would make, at the cost of three memory-bound kernels instead of one atomic per element (which took as
+    long as the racy scatter itself on the H200). Index -1: the GPU gather reads zeros, the GPU write ignores it."""
+    import tensorflow as tf
+
+    rows = tf.raw_ops.ResourceGather(resource=resource, indices=indices, dtype=sums.dtype)
+    new = rows + sums if op_type == "ResourceScatterAdd" else rows - sums
+    tf.raw_ops.ResourceScatterUpdate(resource=resource, indices=indices, updates=new)
 
 
 def _linear(indices, shape):

@@ -22,12 +22,14 @@ CUDNN_SWITCH = "TF_CUDNN_DETERMINISTIC"
 class PatchContext:
     """What a patch may read besides its inputs (which carry their static shapes): the node's type and attributes
     (Python values, tf.DType for types), whether the step is compiled by XLA (no dynamic shapes then), and whether
-    the node runs on a CPU (where some of TensorFlow's own kernels are order-fixed)."""
+    the node runs on a CPU (where some of TensorFlow's own kernels are order-fixed), and whether a patch may use
+    opbisect's own ops (opbisect/kernels) where they can be built."""
 
     op_type: str
     attrs: dict
     xla: bool
     on_cpu: bool = False  # the node surely runs on a CPU (no GPU visible, or placed on one)
+    own_kernels: bool = True  # False: TensorFlow's kernels only (the form used where opbisect's cannot be built)
 
 
 @dataclasses.dataclass(frozen=True)

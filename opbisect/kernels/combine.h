@@ -1,0 +1,28 @@
+// The deterministic combine (`OpbisectCombine`): rows[n, ...] with int32 keys[n] -> one row per distinct key,
+// the sum of that key's rows, with the same adds in the same order on every run, on a CPU and on a GPU alike:
+//   1. the positions stably sorted by key (equal keys keep their input order);
+//   2. the sorted positions cut into segments at each new key and at every kCombineChunk-th position, and each
+//      segment's rows added in order, starting from zero (in float for the half types);
+//   3. each key's segment sums added in order, starting from zero.
+// Outputs: distinct[n] (the distinct keys, ascending, then `pad`) and sums[n, ...] (their sums, then zeros).
+// Both sizes are the input's, so nothing waits for the count of distinct keys on the host. The chunks of step 2
+// bound the rows one GPU thread adds: a hot key's thousands of rows are split among many threads, and its sum
+// adds at most n / kCombineChunk segment sums.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace opbisect {
+
+constexpr int64_t kCombineChunk = 128;
+
+enum CombineType : int { kCombineF32 = 0, kCombineF64 = 1, kCombineF16 = 2, kCombineBF16 = 3 };
+
+// Bytes of device scratch LaunchCombine needs for n keys of rows of d elements.
+size_t CombineScratchBytes(int64_t n, int64_t d, int type);
+
+// Enqueues the combine on `stream` (a cudaStream_t); n >= 1 and n < 2^31. Returns a CUDA error code (0: none).
+int LaunchCombine(int type, const int32_t* keys, const void* rows, int64_t n, int64_t d, int32_t pad,
+                  int32_t* distinct, void* sums, void* scratch, size_t scratch_bytes, void* stream);
+
+}  // namespace opbisect

@@ -1,0 +1,85 @@
+"""opbisect's combine op (`OpbisectCombine`, opbisect/kernels/combine.h), through its CPU kernel: the GPU kernel adds
+in the same order, and the H200 run checks the two bit for bit (reports/h200/session10/check_combine.py). Here: the
+distinct keys and their exact sums, the padding, every dtype, and the documented order of the adds, which is what
+makes the result the same on every run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from opbisect import kernels
+
+CHUNK = 128  # kCombineChunk in combine.h
+
+
+@pytest.fixture(scope="module")
+def combine():
+    return kernels.load(cuda=False).opbisect_combine
+
+
+def ordered_sums(keys, rows, acc=np.float32):
+    """The combine's definition in NumPy: positions stably sorted by key; each key's rows added in segments cut at
+    every multiple of CHUNK (sorted positions), each segment from zero in order, then the segments' sums from zero
+    in order."""
+    order = np.argsort(keys, kind="stable")
+    distinct, sums = [], []
+    for key in np.unique(keys):
+        where = np.flatnonzero(keys[order] == key)  # consecutive sorted positions
+        total = np.zeros(rows.shape[1:], acc)
+        start = where[0]
+        while start <= where[-1]:
+            end = min(where[-1] + 1, (start // CHUNK + 1) * CHUNK)
+            segment = np.zeros(rows.shape[1:], acc)
+            for q in range(start, end):
+                segment = (segment + rows[order[q]].astype(acc)).astype(acc)
+            total = (total + segment).astype(acc)
+            start = end
+        distinct.append(key)
+        sums.append(total.astype(rows.dtype))
+    return np.array(distinct, np.int32), np.array(sums, rows.dtype).reshape((-1, *rows.shape[1:]))
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(0, 600), keys=st.integers(1, 50), d=st.integers(0, 5), seed=st.integers(0, 2 ** 16))
+def test_one_row_per_distinct_key_holds_its_exact_sum_then_padding(combine, n, keys, d, seed):
+    rng = np.random.default_rng(seed)
+    k = rng.integers(-3, keys, n).astype(np.int32)  # negative keys are keys too (the patches' -1 is padding)
+    rows = rng.integers(-8, 9, (n, d)).astype(np.float32)  # integer-valued: every order gives these sums
+    distinct, sums = (t.numpy() for t in combine(k, rows, np.int32(-9)))
+    unique = np.unique(k)
+    assert distinct.shape == (n,) and sums.shape == (n, d)
+    assert (distinct[:len(unique)] == unique).all() and (distinct[len(unique):] == -9).all()
+    for i, key in enumerate(unique):
+        assert (sums[i] == rows[k == key].sum(0)).all()
+    assert not sums[len(unique):].any()
+
+
+@pytest.mark.parametrize("dtype,acc", [(np.float32, np.float32), (np.float64, np.float64),
+                                       (np.float16, np.float32), (tf.bfloat16.as_numpy_dtype, np.float32)])
+def test_the_adds_follow_the_documented_order_bit_for_bit(combine, dtype, acc):
+    rng = np.random.default_rng(1)
+    # A hot key (a Zipf law) spans many chunks; real floats, so another order would give other bits.
+    keys = np.minimum(rng.zipf(1.2, 3000) - 1, 40).astype(np.int32)
+    rows = (rng.normal(size=(3000, 3)) * 10).astype(dtype)
+    distinct, sums = (t.numpy() for t in combine(keys, tf.constant(rows), np.int32(-1)))
+    want_keys, want = ordered_sums(keys, rows, acc)
+    assert (distinct[:len(want_keys)] == want_keys).all()
+    assert sums[:len(want_keys)].tobytes() == want.tobytes()
+    assert np.bincount(keys).max() > 4 * CHUNK  # the case the chunks exist for
+
+
+def test_rows_of_any_rank_keep_their_shape(combine):
+    rows = tf.reshape(tf.range(24, dtype=tf.float32), [4, 3, 2])
+    distinct, sums = combine(tf.constant([2, 0, 2, 0]), rows, np.int32(-1))
+    assert distinct.numpy().tolist() == [0, 2, -1, -1]
+    assert sums.shape == (4, 3, 2)
+    np.testing.assert_array_equal(sums.numpy()[:2], [rows[1] + rows[3], rows[0] + rows[2]])
+
+
+def test_keys_and_rows_of_different_lengths_are_refused(combine):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="keys must be"):
+        combine(tf.constant([0, 1, 2]), tf.zeros([2, 4]), np.int32(-1))
