@@ -47,6 +47,12 @@ with tf.device(DEV):
         tf.raw_ops.ResourceScatterAdd(resource=v.handle, indices=tf.constant([-1, 1, -1]), updates=tf.ones([3, 2]))
         want = [[0, 0], [1, 1], [0, 0], [0, 0], [0, 0]]
         print("GPU ResourceScatterAdd ignores index -1:", v.numpy().tolist() == want)
+        got = tf.raw_ops.ResourceGather(resource=v.handle, indices=tf.constant([-1, 1]), dtype=tf.float32)
+        print("GPU ResourceGather reads zeros at index -1:", got.numpy().tolist() == [[0, 0], [1, 1]])
+        tf.raw_ops.ResourceScatterUpdate(resource=v.handle, indices=tf.constant([-1, 2]), updates=tf.ones([2, 2]) * 5)
+        print("GPU ResourceScatterUpdate ignores index -1:", v.numpy()[[0, 2, 3]].tolist() == [[0, 0], [5, 5], [0, 0]])
+        got = tf.tensor_scatter_nd_update(tf.zeros([3, 2]), tf.constant([[-1], [1]]), tf.ones([2, 2]))
+        print("GPU TensorScatterUpdate ignores index -1:", got.numpy().tolist() == [[0, 0], [1, 1], [0, 0]])
 
     data = tf.constant(rng.standard_normal((n, width)).astype(np.float32))
     forms = {"combine": PatchContext(op_type="ResourceScatterAdd", attrs={}, xla=False),
@@ -67,6 +73,13 @@ with tf.device(DEV):
 
     patched = {form: scatter_patch(ctx) for form, ctx in forms.items()}
     variants = {"plain": plain, **patched}
+    if kind == "gpu":
+        @tf.function
+        def combine_atomic(v, i, u):  # the combine, then the atomic scatter of the distinct rows
+            distinct, sums = op(tf.where((i >= 0) & (i < rows), i, -1), u, -1)
+            tf.raw_ops.ResourceScatterAdd(resource=v.handle, indices=distinct, updates=sums)
+
+        variants["combine, atomic write"] = combine_atomic
     for name, keys in (("zipf", zipf), ("spread", spread)):
         i = tf.constant(keys)
         exact = tf.math.unsorted_segment_sum(tf.cast(data, tf.float64), i, rows) + 1.0
@@ -98,6 +111,13 @@ with tf.device(DEV):
 
     segment = {form: segment_patch(ctx) for form, ctx in forms.items()}
     sums = {"plain": tf.function(lambda d, i: tf.math.unsorted_segment_sum(d, i, 1000)), **segment}
+    if kind == "gpu":
+        @tf.function
+        def combine_update(d, i):  # the combine, then the distinct sums written into zeros with plain stores
+            distinct, total = op(i, d, -1)
+            return tf.tensor_scatter_nd_update(tf.zeros([1000, width]), distinct[:, None], total)
+
+        sums["combine, update write"] = combine_update
     i = tf.constant(few)
     for label, fn in sums.items():
         print(f"UnsortedSegmentSum {label} (1000 segments): distinct in 20 runs",

@@ -27,7 +27,7 @@ verify() {  # verify EXAMPLE SECONDS [CSV]
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$R/gpu.txt"
 if [ "$PHASE" = check ]; then
   run check_combine 240 python3 reports/h200/session10/check_combine.py
-  run tests 240 python3 -m pytest -q -p no:cacheprovider tests/test_combine.py tests/test_patches.py
+  run tests 240 python3 -m pytest -q -p no:cacheprovider tests/test_combine.py tests/test_patches.py tests/test_trace_capture.py -k "combine or patch or fused or scatter or segment"
 elif [ "$PHASE" = verify1 ]; then
   verify scatter_add_table 100
   verify embedding_table_sgd 100
