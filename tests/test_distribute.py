@@ -7,6 +7,7 @@ fresh process (the command line, as a user runs it).
 from __future__ import annotations
 
 import json
+import time
 
 import pandas as pd
 import pytest
@@ -406,3 +407,55 @@ def test_workers_on_a_gpu_machine_each_get_an_even_share_of_the_gpus():
     assert gpu_shares(8, 2) == ["0,1,2,3", "4,5,6,7"]
     assert gpu_shares(3, 2) == ["0", "1"]  # an even split: the third GPU stays idle
     assert gpu_shares(1, 2) == [] and gpu_shares(0, 2) == []  # fewer GPUs than workers: left as they are
+
+
+def _python(code: str):
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def test_a_worker_still_running_after_another_finished_is_ended_and_cannot_test(tmp_path):
+    """A worker whose peer has gone waits in a collective forever: after the wait, the run is CannotTest (exit 125),
+    never a hang, and the worker is ended (SIGKILL when it ignores SIGTERM, as one blocked in a collective does)."""
+    from opbisect.errors import CannotTest
+    from opbisect.execute.workers import _end, _wait_all
+
+    ready = tmp_path / "ready"
+    stuck = _python(f"import pathlib, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                    f"pathlib.Path({str(ready)!r}).touch(); time.sleep(120)")
+    deadline = time.monotonic() + 120
+    while not ready.exists() and time.monotonic() < deadline:  # a loaded machine starts Python slowly
+        time.sleep(0.05)
+    done = _python("pass")
+    try:
+        with pytest.raises(CannotTest, match=r"worker\(s\) \[1\] still ran"):
+            _wait_all([done, stuck], tmp_path, wait=1.0)
+    finally:
+        _end(stuck, grace=1.0)
+    assert stuck.returncode == -9  # SIGTERM ignored: killed
+
+
+def test_a_worker_that_fails_ends_the_wait_with_the_error_its_exit_code_names(tmp_path):
+    from opbisect.errors import CannotTest
+    from opbisect.execute.workers import _end, _wait_all
+
+    (tmp_path / "worker0.log").write_text("the worker's own account of why")
+    failed = _python("import sys; sys.exit(125)")
+    other = _python("import time; time.sleep(120)")
+    try:
+        with pytest.raises(CannotTest, match="worker 0 of 2 failed"):
+            _wait_all([failed, other], tmp_path, wait=60.0)
+    finally:
+        _end(other)
+    assert other.returncode == -15
+
+
+def test_a_decision_no_other_worker_reaches_cannot_test(tmp_path):
+    from opbisect.errors import CannotTest
+    from opbisect.execute.workers import Agreement
+
+    alone = Agreement(tmp_path, index=0, count=2, wait=0.5)
+    with pytest.raises(CannotTest, match=r"worker\(s\) \[1\] did not reach decision 1"):
+        alone.any("look harder", True)

@@ -151,11 +151,12 @@ def _wait_all(procs: list, folder: Path, wait: float = WAIT_SECONDS) -> None:
         time.sleep(0.05)
 
 
-def _end(proc) -> None:
-    """SIGTERM, then SIGKILL: a worker blocked in a collective never runs its Python signal handler."""
+def _end(proc, grace: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds: a worker blocked in a collective never runs its Python signal
+    handler."""
     proc.send_signal(signal.SIGTERM)
     try:
-        proc.wait(timeout=10)
+        proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
