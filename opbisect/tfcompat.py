@@ -132,6 +132,21 @@ def mirrored_copies() -> list[list]:
     return [list(o.values) for o in gc.get_objects() if isinstance(o, distribute_values.MirroredVariable)]
 
 
+def per_replica_variables(variables) -> list:
+    """`variables` with each tf.distribute variable replaced by its per-replica copies (plain ResourceVariables), each
+    once: a step under a strategy captures one copy's handle per replica, while FuncGraph.variables may list the
+    distributed variable whole (a tf.random.Generator's state made under MirroredStrategy)."""
+    import tensorflow as tf
+
+    out, seen = [], set()
+    for v in variables:
+        for copy in (v.values if isinstance(v, tf.distribute.DistributedValues) else (v,)):
+            if id(copy) not in seen:
+                seen.add(id(copy))
+                out.append(copy)
+    return out
+
+
 def model_strategy(model):
     """The tf.distribute strategy a Keras model was created under, or None for the default (no strategy)."""
     import tensorflow as tf

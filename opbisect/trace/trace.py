@@ -193,7 +193,7 @@ def trace_step(target: Target, args: tuple) -> Trace:
     flat_gd, origins = inline_calls(fg.as_graph_def(), fg)
 
     # Captured resources: map their placeholders to the variables behind them.
-    captured_vars = {id(v.handle): v for v in fg.variables}
+    captured_vars = {id(v.handle): v for v in tfcompat.per_replica_variables(fg.variables)}
     internal = tfcompat.internal_captures(fg)
     external = list(cf.captured_inputs)
     keys = variable_keys(captured_vars.values())
