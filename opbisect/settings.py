@@ -16,8 +16,12 @@ from pathlib import Path
 # both were off for the plain and the instrumented step (measured). The memory optimizer rewrites a large AddN
 # into an accumulation in thread-finish order when it judges memory tight, which taps (keeping tensors alive)
 # make it judge: seen on the BERT-like fit step, where it added 32 nodes to the tapped graph and none to the
-# plain one, and the AddN then varied.
-PINNED_GRAPPLER = {"constant_folding": False, "arithmetic_optimization": False, "memory_optimization": False}
+# plain one, and the AddN then varied. The dependency optimizer (it prunes control edges and Identity nodes; it
+# changes no value) and grappler's second round (a repeat of every pass, which changed nothing in the graphs
+# measured) are off for cost: on a tapped graph three times the step's size they were two thirds of grappler's
+# 10 s at 25k ops (benchmarks/README.md, Scale).
+PINNED_GRAPPLER = {"constant_folding": False, "arithmetic_optimization": False, "memory_optimization": False,
+                   "dependency_optimization": False, "meta_optimizer_iterations": 1}
 DEVICES = ("auto", "cpu", "gpu")
 FINGERPRINTS = ("auto", "farmhash", "wsum", "fused")
 
@@ -105,8 +109,8 @@ class TraceSettings(Settings):
     inputs_name: str = _inputs_name()
     device: str = _device()
     pin_grappler: bool = option(True, "analyse under your grappler config instead of pinning constant folding, "
-                                      "arithmetic optimization and the memory optimizer off for the plain and the "
-                                      "instrumented step",
+                                      "arithmetic optimization, the memory and dependency optimizers and grappler's "
+                                      "second round off for the plain and the instrumented step",
                                 flag="--no-pin-grappler")
     fingerprint: str = _fingerprint()
     steps: int = option(1, "consecutive steps per run: find the first step whose result differs, then the "

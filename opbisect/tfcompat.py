@@ -78,16 +78,20 @@ def grappler_options(options: dict | None):
         return
     options = dict(options)
     memory = options.pop("memory_optimization", None)
+    rounds = options.pop("meta_optimizer_iterations", None)
     ctx = context.context()
     previous = dict(ctx._optimizer_experimental_options)
     previous_call = ctx._thread_local_data.function_call_options  # an enclosing grappler_options' own
     tf.config.optimizer.set_experimental_options(options)
-    if memory is not None:
+    if memory is not None or rounds is not None:
         call = ctx.function_call_options  # built from the options just set
         proto = config_pb2.ConfigProto.FromString(call.config_proto_serialized)
         levels = rewriter_config_pb2.RewriterConfig
         rewrite = proto.graph_options.rewrite_options
-        rewrite.memory_optimization = levels.DEFAULT_MEM_OPT if memory else levels.NO_MEM_OPT
+        if memory is not None:
+            rewrite.memory_optimization = levels.DEFAULT_MEM_OPT if memory else levels.NO_MEM_OPT
+        if rounds is not None:
+            rewrite.meta_optimizer_iterations = levels.ONE if rounds == 1 else levels.TWO
         call.config_proto_serialized = proto
     try:
         yield

@@ -376,9 +376,9 @@ def test_where_the_fused_op_cannot_be_built_a_gpu_falls_back_to_the_weighted_sum
 
 
 def test_the_pinned_options_set_the_memory_optimizer_off_for_every_call_inside_even_after_a_nested_change():
-    """The memory optimizer is pinned through the config each tf.function call carries (set_experimental_options
-    ignores the key): it must hold for the calls of the pinned passes, also after opbisect's own helpers ran
-    under their options (a nested grappler_options), and be gone afterwards."""
+    """The memory optimizer and grappler's round count are pinned through the config each tf.function call
+    carries (set_experimental_options ignores the keys): they must hold for the calls of the pinned passes, also
+    after opbisect's own helpers ran under their options (a nested grappler_options), and be gone afterwards."""
     from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
     from tensorflow.python.eager import context
 
@@ -390,15 +390,19 @@ def test_the_pinned_options_set_the_memory_optimizer_off_for_every_call_inside_e
         serialized = context.context().function_call_options.config_proto_serialized
         return config_pb2.ConfigProto.FromString(serialized).graph_options.rewrite_options
 
-    off = rewriter_config_pb2.RewriterConfig.NO_MEM_OPT
-    before = rewrite().memory_optimization
+    levels = rewriter_config_pb2.RewriterConfig
+    off = levels.NO_MEM_OPT
+    before = rewrite().memory_optimization, rewrite().meta_optimizer_iterations
     with grappler_options(PINNED_GRAPPLER):
         assert rewrite().memory_optimization == off
-        assert rewrite().constant_folding == rewriter_config_pb2.RewriterConfig.OFF
+        assert rewrite().constant_folding == rewrite().dependency_optimization == levels.OFF
+        assert rewrite().meta_optimizer_iterations == levels.ONE  # grappler's second round too (set likewise)
         with grappler_options(UNOPTIMIZED):
             assert rewrite().disable_meta_optimizer
         assert rewrite().memory_optimization == off and not rewrite().disable_meta_optimizer
-    assert rewrite().memory_optimization == before != off
+        assert rewrite().meta_optimizer_iterations == levels.ONE
+    assert (rewrite().memory_optimization, rewrite().meta_optimizer_iterations) == before
+    assert before[0] != off and before[1] != levels.ONE
 
 
 def test_a_snapshot_restores_every_value_eagerly_then_through_one_traced_call(monkeypatch):

@@ -55,7 +55,8 @@ def _seen(label_a: str, k1: int, n1: int, label_b: str, k2: int, n2: int) -> str
     return f"the difference showed in {k1} of {n1} {label_a} runs and {k2} of {n2} {label_b} runs"
 
 
-PINNED_PASSES = "constant folding, arithmetic optimization and the memory optimizer"  # settings.PINNED_GRAPPLER
+PINNED_PASSES = ("constant folding, arithmetic optimization, the memory and dependency optimizers and grappler's "
+                 "second round")  # settings.PINNED_GRAPPLER
 
 
 def grappler_choice(default: Trajectory, pinned: Trajectory | None) -> GrapplerChoice:
