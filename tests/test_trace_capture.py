@@ -67,6 +67,29 @@ def test_fingerprints_are_bitwise_exact_and_see_any_single_element_change(fp):
     assert len(set(digests.tolist())) == 4
 
 
+LOOPED = """
+@tf.function
+def step(x):
+    for i in range(3):
+        x = tf.multiply(x, 2.0, name=f"twice{i}")
+    y = tf.add(x, 1.0, name="plus")
+    return tf.subtract(y, 3.0, name="minus")
+
+
+inputs = (tf.ones([2]),)
+"""
+
+
+def test_ops_made_from_one_stack_share_its_sites_and_every_other_line_gets_its_own(tmp_path):
+    """The sites are read once per distinct creation stack: the three ops of one loop line share one, the lines
+    after it each get theirs."""
+    graph = traced(tmp_path, LOOPED)[0].graph
+    sites = {name: graph.site(name) for name in ("twice0", "twice1", "twice2", "plus", "minus")}
+    assert sites["twice0"] == sites["twice1"] == sites["twice2"]
+    line = int(sites["twice0"].split(":")[1].split()[0])  # the script's header comes first
+    assert [sites[n] for n in ("twice0", "plus", "minus")] == [f"model_step.py:{line + k} in step" for k in range(3)]
+
+
 def test_weighted_sum_does_not_depend_on_summation_order():
     # Integer addition wraps and commutes: a reduction in any order gives the same digest.
     fp = fingerprint.WeightedSumFingerprinter()
