@@ -68,7 +68,7 @@ def cuda_home() -> Path | None:
 
 
 def build(cuda: bool) -> Path:
-    """Compile the op library (with its CUDA kernel when `cuda`) into the cache; return its path. A failed build
+    """Compile the op library (with its CUDA kernels when `cuda`) into the cache; return its path. A failed build
     is remembered in the cache too (delete build-failed.txt to try again)."""
     out = cache_dir() / _key(cuda)
     lib, failed = out / "opbisect_ops.so", out / "build-failed.txt"
@@ -97,7 +97,7 @@ def _compile(out: Path, lib: Path, cuda: bool) -> Path:
         # build on a fresh GPU machine costs device time.
         compiles = []
         for kernel in CUDA_KERNELS:
-            obj = out / kernel.replace(".cu", ".o")
+            obj = out / kernel.replace(".cu", f"-{os.getpid()}.o")  # processes building at once (workers) apart
             compiles.append([str(home / "bin" / "nvcc"), "-O3", "-std=c++17", "--threads", "0", "-Xcompiler", "-fPIC",
                              "-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_80,code=sm_80",
                              "-gencode", "arch=compute_80,code=compute_80", "-c", str(HERE / kernel), "-o", str(obj)])

@@ -20,8 +20,9 @@ Every one becomes a sum per key in a fixed order, built four ways (`_path` picks
 None is NVIDIA's float64 upcast (which was shown not to be deterministic): the sum stays in a fixed order.
 
 Scatters combine the updates of each repeated index first, then scatter one update per index:
-- on a GPU, with the combine (or SparseSegmentSumGradV2): its padding slots, and indices out of range, get
-  index -1, which the GPU scatter ignores as it ignores every index out of range;
+- on a GPU, with the combine: its padding slots, and indices out of range, get index -1, which the GPU scatter
+  ignores as it ignores every index out of range; where the op cannot be built, with SparseSegmentSumGradV2 (one
+  row per distinct index; indices out of range go to one spare index past the end, ignored likewise);
 - elsewhere outside XLA, with tf.unique (first-occurrence order, deterministic) and a segment sum;
 - under XLA (no dynamic shapes), every position keeps its update slot, all but the last of each index get a
   zero: adding 0 in any order gives the same bits, so the atomics no longer matter.
@@ -336,10 +337,10 @@ def _gather(data, indices):
 _SCATTER_HOW = "the updates of each repeated index summed deterministically first, then one update per index"
 
 
-def _scatter(ctx, write, target, indices, updates, slice_rows, slice_shape, write_distinct=None):
+def _scatter(ctx, write, write_distinct, target, indices, updates, slice_rows, slice_shape):
     """Call `write(target, indices, updates)` with duplicates combined; `slice_rows` is the target's first
-    dimension, `slice_shape` the shape each index addresses (to broadcast a scalar update). On the combine's path,
-    `write_distinct(indices, sums)` writes instead where given: it may assume the indices distinct (but -1)."""
+    dimension, `slice_shape` the shape each index addresses (to broadcast a scalar update). On the combine's path
+    `write_distinct(indices, sums)` writes instead: its indices are distinct but for the padding's -1."""
     import tensorflow as tf
 
     updates = tf.broadcast_to(updates, tf.concat([tf.shape(indices), slice_shape], 0))
@@ -348,7 +349,7 @@ def _scatter(ctx, write, target, indices, updates, slice_rows, slice_shape, writ
     if path == "combine":
         distinct, sums = combine_op()(_negative_outside(keys, slice_rows), rows, -1)
         # The padding and the keys out of range: -1, ignored by the GPU write.
-        return write_distinct(distinct, sums) if write_distinct else write(target, distinct, sums)
+        return write_distinct(distinct, sums)
     if path == "sorted":
         # Every key outside the target's rows goes to the spare key (its first dimension), which the write then
         # ignores, as the GPU kernel ignores an index out of range.
@@ -383,8 +384,8 @@ def _resource_scatter(ctx, op_type: str, resource, indices, updates):
     shape = tf.raw_ops.VariableShape(input=resource, out_type=tf.int64)  # on the variable's device, into host memory
     with _on_host():
         rows, slice_shape = shape[0], tf.cast(shape[1:], tf.int32)
-    _scatter(ctx, lambda r, i, u: write(resource=r, indices=i, updates=u), resource, indices, updates, rows,
-             slice_shape, lambda i, u: _update_rows(op_type, resource, i, u))
+    _scatter(ctx, lambda r, i, u: write(resource=r, indices=i, updates=u),
+             lambda i, u: _update_rows(op_type, resource, i, u), resource, indices, updates, rows, slice_shape)
     return []
 
 
