@@ -183,20 +183,15 @@ def call_flat(concrete, flat: list):
 
 
 def read_now(v):
-    """A variable's value read eagerly by one raw op (cheaper than `read_value()`); a distributed variable through
-    itself, since its `handle` is one replica's copy."""
+    """A variable's value read eagerly by one raw op (cheaper than `read_value()`). A plain variable: trace maps a
+    distributed one to its per-replica copies (`per_replica_variables`)."""
     import tensorflow as tf
 
-    if isinstance(v, tf.distribute.DistributedValues):
-        return v.read_value()
     return tf.raw_ops.ReadVariableOp(resource=v.handle, dtype=v.dtype)
 
 
 def assign_now(v, value) -> None:
-    """Write a variable eagerly by one raw op; a distributed variable through itself (every replica's copy)."""
+    """Write a (plain) variable eagerly by one raw op."""
     import tensorflow as tf
 
-    if isinstance(v, tf.distribute.DistributedValues):
-        v.assign(value)
-    else:
-        tf.raw_ops.AssignVariableOp(resource=v.handle, value=value)
+    tf.raw_ops.AssignVariableOp(resource=v.handle, value=value)
