@@ -1,7 +1,8 @@
-"""opbisect's combine op (`OpbisectCombine`, opbisect/kernels/combine.h), through its CPU kernel: the GPU kernel adds
-in the same order, and the H200 run checks the two bit for bit (reports/h200/session10/check_combine.py). Here: the
-distinct keys and their exact sums, the padding, every dtype, and the documented order of the adds, which is what
-makes the result the same on every run."""
+"""opbisect's combine and scatter ops (`OpbisectCombine`, `OpbisectScatterCombine`, opbisect/kernels/combine.h),
+through their CPU kernels: the GPU kernels add in the same order, and the H200 runs check the two bit for bit
+(reports/h200/session10/check_combine.py, reports/h200/session11/check_scatter.py). Here: the distinct keys and their
+exact sums, the padding, every dtype, the documented order of the adds (what makes the result the same on every
+run), and the scatter's writes: in place, only into rows in range, never into a tensor read before."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ CHUNK = 128  # kCombineChunk in combine.h
 @pytest.fixture(scope="module")
 def combine():
     return kernels.load(cuda=False).opbisect_combine
+
+
+@pytest.fixture(scope="module")
+def scatter():
+    return kernels.load(cuda=False).opbisect_scatter_combine
 
 
 def ordered_sums(keys, rows, acc=np.float32):
@@ -83,3 +89,42 @@ def test_rows_of_any_rank_keep_their_shape(combine):
 def test_keys_and_rows_of_different_lengths_are_refused(combine):
     with pytest.raises(tf.errors.InvalidArgumentError, match="keys must be"):
         combine(tf.constant([0, 1, 2]), tf.zeros([2, 4]), np.int32(-1))
+
+
+@pytest.mark.parametrize("dtype,acc", [(np.float32, np.float32), (np.float64, np.float64),
+                                       (np.float16, np.float32), (tf.bfloat16.as_numpy_dtype, np.float32)])
+@pytest.mark.parametrize("subtract", [False, True])
+def test_the_scatter_adds_each_keys_ordered_sum_into_its_row(scatter, dtype, acc, subtract):
+    rng = np.random.default_rng(2)
+    keys = np.minimum(rng.zipf(1.2, 3000) - 1, 40).astype(np.int64)
+    rows = (rng.normal(size=(3000, 3)) * 10).astype(dtype)
+    start = (rng.normal(size=(50, 3)) * 100).astype(dtype)
+    table = tf.Variable(start)
+    scatter(resource=table.handle, keys=keys, rows=rows, subtract=subtract)
+    want = start.copy()
+    for key, total in zip(*ordered_sums(keys.astype(np.int32), rows, acc)):
+        old, add = want[key].astype(acc), total.astype(acc)  # the sum rounded to the table's type, then one add
+        want[key] = (old - add if subtract else old + add).astype(dtype)
+    assert table.numpy().tobytes() == want.tobytes()
+
+
+def test_the_scatter_drops_keys_out_of_range_and_takes_keys_of_any_rank(scatter):
+    table = tf.Variable(tf.zeros([4, 2]))
+    keys = tf.constant([[1, -1, 4], [1, 2 ** 40, 3]], tf.int64)  # 2**40 would be 0 if cut to 32 bits
+    scatter(resource=table.handle, keys=keys, rows=tf.ones([2, 3, 2]))
+    np.testing.assert_array_equal(table.numpy(), [[0, 0], [2, 2], [0, 0], [1, 1]])
+
+
+def test_a_tensor_read_before_the_scatter_keeps_its_values(scatter):
+    table = tf.Variable(tf.zeros([3, 2]))
+    before = table.read_value()  # may share the variable's buffer: the scatter must not write into it
+    scatter(resource=table.handle, keys=tf.constant([0, 0]), rows=tf.ones([2, 2]))
+    np.testing.assert_array_equal(before.numpy(), np.zeros([3, 2]))
+    np.testing.assert_array_equal(table.numpy()[0], [2, 2])
+
+
+@pytest.mark.parametrize("rows,match", [(tf.ones([2, 2], tf.float64), "holds float"), (tf.ones([3, 2]), "rows must")])
+def test_the_scatter_refuses_rows_that_do_not_fit_the_variable(scatter, rows, match):
+    table = tf.Variable(tf.zeros([3, 2]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=match):
+        scatter(resource=table.handle, keys=tf.constant([0, 1]), rows=rows)

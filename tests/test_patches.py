@@ -1,7 +1,7 @@
 """Each patch against the op it replaces: bitwise equal where summation order cannot matter (integer-valued
 floats, exactly representable sums), within a stated tolerance otherwise; the same bits over 20 runs; gradients
-through the replacement equal the op's. Every patch is checked in its forms: the GPU form (opbisect's combine op,
-run here on its CPU kernel, which adds in the GPU kernel's order), the GPU form where that op cannot be built
+through the replacement equal the op's. Every patch is checked in its forms: the GPU form (opbisect's combine and scatter
+ops, run here on their CPU kernels, which add in the GPU kernels' order), the GPU form where that op cannot be built
 ("gpu-tf": TensorFlow's sort-based segment kernels, run here on their CPU kernels), the CPU form, and the XLA form
 (the sorted doubling scan, compiled with jit_compile)."""
 
@@ -18,12 +18,6 @@ from opbisect.patches import PATCHES, PatchContext, reductions
 FORMS = {"gpu": dict(xla=False, on_cpu=False), "gpu-tf": dict(xla=False, on_cpu=False, own_kernels=False),
          "cpu": dict(xla=False, on_cpu=True), "xla": dict(xla=True, on_cpu=False)}
 RTOL = 1e-5  # float32 sums of up to a few thousand terms, in another order
-# The GPU form's scatters write their padding slots to index -1, which TensorFlow's GPU scatter ignores as it ignores
-# every index out of range, and its CPU scatter refuses: on a machine without a GPU they are skipped (the H200 runs
-# them), and their TensorFlow-kernel form ("gpu-tf") runs here.
-NO_GPU = not tf.config.list_physical_devices("GPU")
-SCATTER_FORMS = [pytest.param(f, marks=pytest.mark.skipif(
-    f == "gpu" and NO_GPU, reason="the GPU scatter ignores index -1; a CPU's raises")) for f in FORMS]
 
 
 def patched(op_type: str, form: str, *inputs, **attrs):
@@ -81,7 +75,7 @@ def test_sorted_and_sparse_segment_sums_and_mean(rng, form):
     np.testing.assert_allclose(got, tf.sparse.segment_mean(data, rows, sids).numpy(), rtol=RTOL)
 
 
-@pytest.mark.parametrize("form", SCATTER_FORMS)
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("op_type", ["ResourceScatterAdd", "ResourceScatterSub"])
 def test_resource_scatters_with_duplicate_indices_write_what_the_op_writes(rng, form, op_type):
     start = integers(rng, (50, 6))
@@ -95,7 +89,7 @@ def test_resource_scatters_with_duplicate_indices_write_what_the_op_writes(rng, 
     assert bitwise(ours.numpy(), plain.numpy())
 
 
-@pytest.mark.parametrize("form", [f for f in SCATTER_FORMS if f.values[0].startswith("gpu")])
+@pytest.mark.parametrize("form", [f for f in FORMS if f.startswith("gpu")])
 @pytest.mark.parametrize("count", [0, 300])
 def test_a_scatter_whose_update_count_is_known_only_at_run_time(rng, count, form):
     start = integers(rng, (20, 3))
@@ -111,7 +105,7 @@ def test_a_scatter_whose_update_count_is_known_only_at_run_time(rng, count, form
     assert bitwise(ours.numpy(), plain.numpy())
 
 
-@pytest.mark.parametrize("form", SCATTER_FORMS)
+@pytest.mark.parametrize("form", FORMS)
 def test_a_scalar_update_is_broadcast_like_the_op(form):
     plain, ours = tf.Variable(tf.zeros([5, 2])), tf.Variable(tf.zeros([5, 2]))
     indices, update = tf.constant([1, 1, 3]), tf.constant(2.0)

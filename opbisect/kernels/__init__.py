@@ -4,8 +4,10 @@
   tensors, reading each tensor once, instead of several TensorFlow kernels per tensor. Its CPU kernel computes the
   same function (and is what the tests check against the TensorFlow-ops definition in capture/fingerprint.py).
 - `OpbisectCombine` (patches): the rows of each repeated key summed in one fixed order (combine.h), the
-  deterministic core of the segment-sum and scatter patches on a GPU. Its CPU kernel adds in the GPU kernel's
-  order, so the tests of its CPU form check the function the GPU runs.
+  deterministic core of the segment-sum patches on a GPU.
+- `OpbisectScatterCombine` (patches): the same sums added into a variable's rows in place, one write per row: the
+  scatter patches on a GPU.
+The CPU kernels add in the GPU kernels' order, so the tests of the CPU forms check the function the GPU runs.
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def _compile(out: Path, lib: Path, cuda: bool) -> Path:
 
 
 def load(cuda: bool):
-    """The loaded op module (`opbisect_fingerprint`, `opbisect_combine`); raises BuildError when it cannot be
+    """The loaded op module (`opbisect_fingerprint`, `opbisect_combine`, `opbisect_scatter_combine`); raises BuildError when it cannot be
     built. `cuda`: the GPU kernels are needed. Where TensorFlow sees a GPU the CUDA build (which has the CPU kernels
     too) is loaded whatever is asked: TensorFlow registers an op once per process, so a second library with the
     same ops would load as a module without them."""

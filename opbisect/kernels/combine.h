@@ -25,4 +25,18 @@ size_t CombineScratchBytes(int64_t n, int64_t d, int type);
 int LaunchCombine(int type, const int32_t* keys, const void* rows, int64_t n, int64_t d, int32_t pad,
                   int32_t* distinct, void* sums, void* scratch, size_t scratch_bytes, void* stream);
 
+// The deterministic scatter (`OpbisectScatterCombine`): the same sums, added into a variable's rows in place,
+//   table[k] = table[k] + sum(k)   (or - sum(k) when `subtract`), each in the table's type,
+// for every distinct key k in [0, table_rows); other keys are dropped, as TensorFlow's GPU scatter drops an index
+// out of range. Each row of the table is written by one thread, once: no atomics, and nothing in between (the
+// combine's sums are never stored, nor gathered, added and written back by three more kernels).
+// `keys` are int32, or int64 when keys64.
+size_t ScatterCombineScratchBytes(int64_t n, int64_t d, int type);
+int LaunchScatterCombine(int type, bool subtract, const void* keys, bool keys64, const void* rows, int64_t n,
+                         int64_t d, int64_t table_rows, void* table, void* scratch, size_t scratch_bytes,
+                         void* stream);
+
+// A device-to-device copy on `stream` (the variable's buffer, when another tensor still holds it).
+int LaunchCopy(void* to, const void* from, size_t bytes, void* stream);
+
 }  // namespace opbisect

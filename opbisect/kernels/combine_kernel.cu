@@ -1,7 +1,8 @@
-// GPU kernels of the deterministic combine (see combine.h). Seven launches, none waiting for the host:
-// iota, CUB's stable radix sort of (key, position), run heads, CUB's inclusive sum of the heads (each position's
-// run number), the distinct keys and run starts, the segment sums, the run sums. Integer work is exact, and
-// every float add has a fixed place in a fixed order, so the bits do not depend on scheduling.
+// GPU kernels of the deterministic combine and scatter (see combine.h). Seven launches, none waiting for the host:
+// the keys (int32, the dropped ones -1) and their positions, CUB's stable radix sort of (key, position), run heads,
+// CUB's inclusive sum of the heads (each position's run number), the run starts (and distinct keys), the segment
+// sums, then the run sums, stored (the combine) or added into the table's rows (the scatter). Integer work is
+// exact, and every float add has a fixed place in a fixed order, so the bits do not depend on scheduling.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -34,9 +35,14 @@ template <typename T> struct AccOf { using type = T; };
 template <> struct AccOf<__half> { using type = float; };
 template <> struct AccOf<__nv_bfloat16> { using type = float; };
 
-__global__ void Iota(int32_t* out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    out[i] = static_cast<int32_t>(i);
+// keys32[i]: keys[i], or -1 where `limit` >= 0 and the key is outside [0, limit); positions[i] = i.
+template <typename K>
+__global__ void Start(const K* keys, int64_t n, int64_t limit, int32_t* keys32, int32_t* positions) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t key = keys[i];
+    keys32[i] = (limit < 0 || (key >= 0 && key < limit)) ? static_cast<int32_t>(key) : -1;
+    positions[i] = static_cast<int32_t>(i);
+  }
 }
 
 __global__ void Heads(const int32_t* sorted, int32_t* heads, int64_t n) {
@@ -44,15 +50,15 @@ __global__ void Heads(const int32_t* sorted, int32_t* heads, int64_t n) {
     heads[i] = (i == 0 || sorted[i] != sorted[i - 1]) ? 1 : 0;
 }
 
-// distinct[r] and starts[r] for each run r; every slot past the last run gets `pad`. runs[i] is the 1-based run
-// of sorted position i, so runs[n - 1] is the number of runs.
+// starts[r] for each run r, and (when `distinct` is given) distinct[r], every slot past the last run getting `pad`.
+// runs[i] is the 1-based run of sorted position i, so runs[n - 1] is the number of runs.
 __global__ void Mark(const int32_t* sorted, const int32_t* heads, const int32_t* runs, int64_t n, int32_t pad,
                      int32_t* distinct, int32_t* starts) {
   const int64_t total = runs[n - 1];
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    if (i >= total) distinct[i] = pad;
+    if (distinct != nullptr && i >= total) distinct[i] = pad;
     if (heads[i]) {
-      distinct[runs[i] - 1] = sorted[i];
+      if (distinct != nullptr) distinct[runs[i] - 1] = sorted[i];
       starts[runs[i] - 1] = static_cast<int32_t>(i);
     }
   }
@@ -62,44 +68,88 @@ __device__ __forceinline__ int64_t RunEnd(const int32_t* starts, int64_t run, in
   return run + 1 < total ? starts[run + 1] : n;
 }
 
+__device__ __forceinline__ bool OneChunk(int64_t begin, int64_t end) {
+  return begin / kCombineChunk == (end - 1) / kCombineChunk;
+}
+
+// The rows at sorted positions [from, to), column c, added in order from zero. Eight loads are issued before
+// their adds (the adds stay in order): one thread adds up to kCombineChunk rows, and one load at a time would
+// leave it waiting on memory for each.
+template <typename T, typename A>
+__device__ __forceinline__ A SumRows(const T* rows, const int32_t* perm, int64_t from, int64_t to, int64_t d,
+                                     int64_t c) {
+  A acc = A(0);
+  int64_t q = from;
+  for (; q + 8 <= to; q += 8) {
+    A v[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = ToAcc(rows[int64_t{perm[q + k]} * d + c]);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) acc += v[k];
+  }
+  for (; q < to; ++q) acc += ToAcc(rows[int64_t{perm[q]} * d + c]);
+  return acc;
+}
+
 // One thread row (threadIdx.y) per sorted position p; the threads of a row share the columns. A position that
-// starts a segment (a new key, or a multiple of kCombineChunk) adds its segment's rows in order into part[p].
+// starts a segment (a new key, or a multiple of kCombineChunk) adds its segment's rows in order into part[p];
+// a run inside one chunk is left to the last kernel, which adds its rows itself (its sum is its one segment's).
 template <typename T, typename A>
 __global__ void SumSegments(const T* rows, const int32_t* perm, const int32_t* heads, const int32_t* runs,
                             const int32_t* starts, int64_t n, int64_t d, A* part) {
   const int64_t p = blockIdx.x * int64_t{blockDim.y} + threadIdx.y;
   if (p >= n || (p % kCombineChunk != 0 && !heads[p])) return;
-  const int64_t end = min(RunEnd(starts, runs[p] - 1, runs[n - 1], n), (p / kCombineChunk + 1) * kCombineChunk);
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    A acc = A(0);
-    for (int64_t q = p; q < end; ++q) acc += ToAcc(rows[int64_t{perm[q]} * d + c]);
-    part[p * d + c] = acc;
-  }
+  const int64_t run = runs[p] - 1, run_end = RunEnd(starts, run, runs[n - 1], n);
+  if (OneChunk(starts[run], run_end)) return;
+  const int64_t end = min(run_end, (p / kCombineChunk + 1) * kCombineChunk);
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) part[p * d + c] = SumRows<T, A>(rows, perm, p, end, d, c);
 }
 
-// One thread row per run r: the run's segment sums (at its start, then at each chunk boundary inside it) added
-// in order; the slots past the last run get zeros.
+// Run r's sum, column c: its segment sums (at its start, then at each chunk boundary inside it) added in order
+// from zero; a run inside one chunk, its rows added in order from zero (the same bits: zero plus a sum that
+// started from zero is that sum).
 template <typename T, typename A>
-__global__ void SumRuns(const A* part, const int32_t* runs, const int32_t* starts, int64_t n, int64_t d, T* sums) {
+__device__ __forceinline__ A RunSum(const T* rows, const int32_t* perm, const A* part, const int32_t* starts,
+                                    int64_t r, int64_t total, int64_t n, int64_t d, int64_t c) {
+  const int64_t begin = starts[r], end = RunEnd(starts, r, total, n);
+  if (OneChunk(begin, end)) return SumRows<T, A>(rows, perm, begin, end, d, c);
+  A acc = A(0);
+  acc += part[begin * d + c];
+  for (int64_t k = (begin / kCombineChunk + 1) * kCombineChunk; k < end; k += kCombineChunk) acc += part[k * d + c];
+  return acc;
+}
+
+// One thread row per run r: its sum stored; the slots past the last run get zeros.
+template <typename T, typename A>
+__global__ void SumRuns(const T* rows, const int32_t* perm, const A* part, const int32_t* runs,
+                        const int32_t* starts, int64_t n, int64_t d, T* sums) {
   const int64_t r = blockIdx.x * int64_t{blockDim.y} + threadIdx.y;
   if (r >= n) return;
   const int64_t total = runs[n - 1];
-  const int64_t begin = r < total ? starts[r] : 0;
-  const int64_t end = r < total ? RunEnd(starts, r, total, n) : 0;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+    sums[r * d + c] = FromAcc<T, A>(r < total ? RunSum<T, A>(rows, perm, part, starts, r, total, n, d, c) : A(0));
+}
+
+// One thread row per run r: its sum, rounded to T, added into (or taken from) its key's row of the table, in T's
+// arithmetic, as TensorFlow adds two tensors of T. The dropped keys' run (-1) writes nothing.
+template <typename T, typename A>
+__global__ void AddRuns(const T* rows, const int32_t* perm, const A* part, const int32_t* sorted,
+                        const int32_t* runs, const int32_t* starts, int64_t n, int64_t d, bool subtract, T* table) {
+  const int64_t r = blockIdx.x * int64_t{blockDim.y} + threadIdx.y;
+  if (r >= n || r >= runs[n - 1]) return;
+  const int64_t key = sorted[starts[r]];
+  if (key < 0) return;
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    A acc = A(0);
-    if (r < total) {
-      acc += part[begin * d + c];
-      for (int64_t k = (begin / kCombineChunk + 1) * kCombineChunk; k < end; k += kCombineChunk) acc += part[k * d + c];
-    }
-    sums[r * d + c] = FromAcc<T, A>(acc);
+    const A sum = ToAcc(FromAcc<T, A>(RunSum<T, A>(rows, perm, part, starts, r, runs[n - 1], n, d, c)));
+    const A old = ToAcc(table[key * d + c]);
+    table[key * d + c] = FromAcc<T, A>(subtract ? old - sum : old + sum);
   }
 }
 
 size_t Aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 struct Scratch {
-  int32_t *sorted, *perm_in, *perm, *heads, *runs, *starts;
+  int32_t *keys, *sorted, *perm_in, *perm, *heads, *runs, *starts;
   void* part;
   void* cub;
   size_t cub_bytes;
@@ -122,6 +172,7 @@ Scratch Carve(void* base, int64_t n, int64_t d, int type) {
   char* at = static_cast<char*>(base);
   auto take = [&](size_t bytes) { void* p = at; at += Aligned(bytes); return p; };
   Scratch s;
+  s.keys = static_cast<int32_t*>(take(n * sizeof(int32_t)));
   s.sorted = static_cast<int32_t*>(take(n * sizeof(int32_t)));
   s.perm_in = static_cast<int32_t*>(take(n * sizeof(int32_t)));
   s.perm = static_cast<int32_t*>(take(n * sizeof(int32_t)));
@@ -134,48 +185,93 @@ Scratch Carve(void* base, int64_t n, int64_t d, int type) {
   return s;
 }
 
-template <typename T>
-int SumAll(const Scratch& s, const void* rows, int64_t n, int64_t d, void* sums, cudaStream_t stream) {
-  using A = typename AccOf<T>::type;
-  int x = 1;  // threads across the columns: the columns' count, rounded up to a power of two, at most 128
+// The threads of a block: x across the columns (their count rounded up to a power of two, at most 128), y rows.
+dim3 Block(int64_t d) {
+  int x = 1;
   while (x < d && x < 128) x *= 2;
-  const dim3 block(x, kThreads / x);
+  return dim3(x, kThreads / x);
+}
+
+// Stages one to five: the keys sorted, their runs numbered, each run's start (and key, into `distinct`) marked.
+template <typename K>
+cudaError_t Order(const Scratch& s, const K* keys, int64_t n, int64_t limit, int32_t pad, int32_t* distinct,
+                  cudaStream_t stream) {
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
+  Start<K><<<grid, kThreads, 0, stream>>>(keys, n, limit, s.keys, s.perm_in);
+  size_t cub_bytes = s.cub_bytes;
+  cudaError_t err = cub::DeviceRadixSort::SortPairs(s.cub, cub_bytes, s.keys, s.sorted, s.perm_in, s.perm,
+                                                    static_cast<int>(n), 0, 32, stream);
+  if (err != cudaSuccess) return err;
+  Heads<<<grid, kThreads, 0, stream>>>(s.sorted, s.heads, n);
+  cub_bytes = s.cub_bytes;
+  err = cub::DeviceScan::InclusiveSum(s.cub, cub_bytes, s.heads, s.runs, static_cast<int>(n), stream);
+  if (err != cudaSuccess) return err;
+  Mark<<<grid, kThreads, 0, stream>>>(s.sorted, s.heads, s.runs, n, pad, distinct, s.starts);
+  return cudaGetLastError();
+}
+
+// The last two stages: the segment sums, then each run's sum stored into `sums` or, when `table` is given, added
+// into the table.
+template <typename T>
+int SumAll(const Scratch& s, const void* rows, int64_t n, int64_t d, void* sums, bool subtract, void* table,
+           cudaStream_t stream) {
+  using A = typename AccOf<T>::type;
+  const dim3 block = Block(d);
   const unsigned grid = static_cast<unsigned>((n + block.y - 1) / block.y);
   A* part = static_cast<A*>(s.part);
-  SumSegments<T, A><<<grid, block, 0, stream>>>(static_cast<const T*>(rows), s.perm, s.heads, s.runs, s.starts, n,
-                                                d, part);
-  SumRuns<T, A><<<grid, block, 0, stream>>>(part, s.runs, s.starts, n, d, static_cast<T*>(sums));
+  const T* in = static_cast<const T*>(rows);
+  SumSegments<T, A><<<grid, block, 0, stream>>>(in, s.perm, s.heads, s.runs, s.starts, n, d, part);
+  if (table == nullptr)
+    SumRuns<T, A><<<grid, block, 0, stream>>>(in, s.perm, part, s.runs, s.starts, n, d, static_cast<T*>(sums));
+  else
+    AddRuns<T, A><<<grid, block, 0, stream>>>(in, s.perm, part, s.sorted, s.runs, s.starts, n, d, subtract,
+                                              static_cast<T*>(table));
   return static_cast<int>(cudaGetLastError());
+}
+
+int SumTyped(int type, const Scratch& s, const void* rows, int64_t n, int64_t d, void* sums, bool subtract,
+             void* table, cudaStream_t stream) {
+  switch (type) {
+    case kCombineF32: return SumAll<float>(s, rows, n, d, sums, subtract, table, stream);
+    case kCombineF64: return SumAll<double>(s, rows, n, d, sums, subtract, table, stream);
+    case kCombineF16: return SumAll<__half>(s, rows, n, d, sums, subtract, table, stream);
+    default: return SumAll<__nv_bfloat16>(s, rows, n, d, sums, subtract, table, stream);
+  }
 }
 
 }  // namespace
 
 size_t CombineScratchBytes(int64_t n, int64_t d, int type) {
-  return 6 * Aligned(n * sizeof(int32_t)) + Aligned(n * d * AccSize(type)) + Aligned(CubBytes(n));
+  return 7 * Aligned(n * sizeof(int32_t)) + Aligned(n * d * AccSize(type)) + Aligned(CubBytes(n));
 }
+
+size_t ScatterCombineScratchBytes(int64_t n, int64_t d, int type) { return CombineScratchBytes(n, d, type); }
 
 int LaunchCombine(int type, const int32_t* keys, const void* rows, int64_t n, int64_t d, int32_t pad,
                   int32_t* distinct, void* sums, void* scratch, size_t scratch_bytes, void* raw_stream) {
   if (scratch_bytes < CombineScratchBytes(n, d, type)) return static_cast<int>(cudaErrorInvalidValue);
   cudaStream_t stream = static_cast<cudaStream_t>(raw_stream);
   const Scratch s = Carve(scratch, n, d, type);
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
-  Iota<<<grid, kThreads, 0, stream>>>(s.perm_in, n);
-  size_t cub_bytes = s.cub_bytes;
-  cudaError_t err = cub::DeviceRadixSort::SortPairs(s.cub, cub_bytes, keys, s.sorted, s.perm_in, s.perm,
-                                                    static_cast<int>(n), 0, 32, stream);
+  const cudaError_t err = Order(s, keys, n, -1, pad, distinct, stream);
   if (err != cudaSuccess) return static_cast<int>(err);
-  Heads<<<grid, kThreads, 0, stream>>>(s.sorted, s.heads, n);
-  cub_bytes = s.cub_bytes;
-  err = cub::DeviceScan::InclusiveSum(s.cub, cub_bytes, s.heads, s.runs, static_cast<int>(n), stream);
+  return SumTyped(type, s, rows, n, d, sums, false, nullptr, stream);
+}
+
+int LaunchScatterCombine(int type, bool subtract, const void* keys, bool keys64, const void* rows, int64_t n,
+                         int64_t d, int64_t table_rows, void* table, void* scratch, size_t scratch_bytes,
+                         void* raw_stream) {
+  if (scratch_bytes < ScatterCombineScratchBytes(n, d, type)) return static_cast<int>(cudaErrorInvalidValue);
+  cudaStream_t stream = static_cast<cudaStream_t>(raw_stream);
+  const Scratch s = Carve(scratch, n, d, type);
+  const cudaError_t err = keys64 ? Order(s, static_cast<const int64_t*>(keys), n, table_rows, -1, nullptr, stream)
+                                 : Order(s, static_cast<const int32_t*>(keys), n, table_rows, -1, nullptr, stream);
   if (err != cudaSuccess) return static_cast<int>(err);
-  Mark<<<grid, kThreads, 0, stream>>>(s.sorted, s.heads, s.runs, n, pad, distinct, s.starts);
-  switch (type) {
-    case kCombineF32: return SumAll<float>(s, rows, n, d, sums, stream);
-    case kCombineF64: return SumAll<double>(s, rows, n, d, sums, stream);
-    case kCombineF16: return SumAll<__half>(s, rows, n, d, sums, stream);
-    default: return SumAll<__nv_bfloat16>(s, rows, n, d, sums, stream);
-  }
+  return SumTyped(type, s, rows, n, d, nullptr, subtract, table, stream);
+}
+
+int LaunchCopy(void* to, const void* from, size_t bytes, void* stream) {
+  return static_cast<int>(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice,
+                                          static_cast<cudaStream_t>(stream)));
 }
 
 }  // namespace opbisect

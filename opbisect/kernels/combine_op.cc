@@ -1,6 +1,7 @@
-// TensorFlow op `OpbisectCombine`: keys int32[n], rows T[n, ...], pad int32 -> distinct int32[n], sums T[n, ...]
-// (see combine.h). A CPU kernel always, adding in exactly the GPU kernel's order (so the two agree bit for bit);
-// a GPU kernel when built with OPBISECT_WITH_CUDA.
+// TensorFlow ops `OpbisectCombine`: keys int32[n], rows T[n, ...], pad int32 -> distinct int32[n], sums T[n, ...],
+// and `OpbisectScatterCombine`: a variable, keys[...], rows[..., ...] -> the variable's rows updated in place (see
+// combine.h). CPU kernels always, adding in exactly the GPU kernels' order (so the two agree bit for bit); GPU
+// kernels when built with OPBISECT_WITH_CUDA.
 #include <algorithm>
 #include <numeric>
 #include <vector>
@@ -8,6 +9,8 @@
 #include "combine.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
 #ifdef OPBISECT_WITH_CUDA
@@ -37,6 +40,16 @@ REGISTER_OP("OpbisectCombine")
       return absl::OkStatus();
     });
 
+REGISTER_OP("OpbisectScatterCombine")
+    .Input("resource: resource")
+    .Input("keys: Tindices")
+    .Input("rows: T")
+    .Attr("T: {half, bfloat16, float, double}")
+    .Attr("Tindices: {int32, int64}")
+    .Attr("subtract: bool = false")
+    .SetIsStateful()
+    .SetShapeFn([](tf::shape_inference::InferenceContext* c) { return absl::OkStatus(); });
+
 namespace {
 
 // The checks and outputs both kernels share.
@@ -60,6 +73,34 @@ template <typename T> struct Acc { using type = T; };
 template <> struct Acc<Eigen::half> { using type = float; };
 template <> struct Acc<Eigen::bfloat16> { using type = float; };
 
+// The combine's adds in the GPU kernels' order (combine.h): for each run of equal keys, in ascending key order,
+// emit(key, its sum in A).
+template <typename T, typename A, typename Emit>
+void ForEachSum(const int32_t* keys, const T* rows, int64_t n, int64_t d, Emit emit) {
+  std::vector<int64_t> perm(n);
+  std::iota(perm.begin(), perm.end(), int64_t{0});
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return keys[a] < keys[b]; });
+  std::vector<A> run(d), segment(d);
+  for (int64_t begin = 0; begin < n;) {
+    const int32_t key = keys[perm[begin]];
+    int64_t end = begin + 1;
+    while (end < n && keys[perm[end]] == key) ++end;
+    std::fill(run.begin(), run.end(), A(0));
+    for (int64_t s = begin; s < end;) {  // the segments: cut at the run's ends and at every chunk boundary
+      const int64_t e = std::min(end, (s / kCombineChunk + 1) * kCombineChunk);
+      std::fill(segment.begin(), segment.end(), A(0));
+      for (int64_t q = s; q < e; ++q) {
+        const T* row = rows + perm[q] * d;
+        for (int64_t j = 0; j < d; ++j) segment[j] += static_cast<A>(row[j]);
+      }
+      for (int64_t j = 0; j < d; ++j) run[j] += segment[j];
+      s = e;
+    }
+    emit(key, run);
+    begin = end;
+  }
+}
+
 template <typename T>
 class CombineCpu : public tf::OpKernel {
  public:
@@ -71,36 +112,97 @@ class CombineCpu : public tf::OpKernel {
     tf::Tensor *distinct_t, *sums_t;
     OP_REQUIRES_OK(c, Prepare(c, &n, &d, &pad, &distinct_t, &sums_t));
     if (n == 0) return;
-    const int32_t* keys = c->input(0).flat<int32_t>().data();
-    const T* rows = c->input(1).flat<T>().data();
     int32_t* distinct = distinct_t->flat<int32_t>().data();
     T* sums = sums_t->flat<T>().data();
-    std::vector<int64_t> perm(n);
-    std::iota(perm.begin(), perm.end(), int64_t{0});
-    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return keys[a] < keys[b]; });
-    std::vector<A> run(d), segment(d);
     int64_t r = 0;
-    for (int64_t begin = 0; begin < n; ++r) {
-      const int32_t key = keys[perm[begin]];
-      int64_t end = begin + 1;
-      while (end < n && keys[perm[end]] == key) ++end;
-      std::fill(run.begin(), run.end(), A(0));
-      for (int64_t s = begin; s < end;) {  // the segments: cut at the run's ends and at every chunk boundary
-        const int64_t e = std::min(end, (s / kCombineChunk + 1) * kCombineChunk);
-        std::fill(segment.begin(), segment.end(), A(0));
-        for (int64_t q = s; q < e; ++q) {
-          const T* row = rows + perm[q] * d;
-          for (int64_t j = 0; j < d; ++j) segment[j] += static_cast<A>(row[j]);
-        }
-        for (int64_t j = 0; j < d; ++j) run[j] += segment[j];
-        s = e;
-      }
-      distinct[r] = key;
-      for (int64_t j = 0; j < d; ++j) sums[r * d + j] = static_cast<T>(run[j]);
-      begin = end;
-    }
+    ForEachSum<T, A>(c->input(0).flat<int32_t>().data(), c->input(1).flat<T>().data(), n, d,
+                     [&](int32_t key, const std::vector<A>& run) {
+                       distinct[r] = key;
+                       for (int64_t j = 0; j < d; ++j) sums[r * d + j] = static_cast<T>(run[j]);
+                       ++r;
+                     });
     std::fill(distinct + r, distinct + n, pad);
     std::fill(sums + r * d, sums + n * d, static_cast<T>(A(0)));
+  }
+};
+
+// The scatter's variable, looked up and locked, its buffer this op's alone. As TensorFlow's own sparse updates do
+// (EnsureSparseVariableAccess): the variable goes to copy-on-read mode, in which reads copy its buffer instead of
+// sharing it, and a buffer another tensor still holds is copied first (by `copy`), so that updating it in place
+// changes no tensor but the variable.
+class ScatterBase : public tf::OpKernel {
+ public:
+  explicit ScatterBase(tf::OpKernelConstruction* c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("subtract", &subtract_));
+  }
+
+  void Compute(tf::OpKernelContext* c) override {
+    tf::core::RefCountPtr<tf::Var> var;
+    OP_REQUIRES_OK(c, tf::LookupResource(c, tf::HandleFromInput(c, 0), &var));
+    tf::mutex_lock lock(*var->mu());
+    tf::Tensor* table = var->tensor();
+    const tf::Tensor& keys = c->input(1);
+    const tf::Tensor& rows = c->input(2);
+    OP_REQUIRES(c, table->dtype() == rows.dtype(),
+                tf::errors::InvalidArgument("OpbisectScatterCombine: the variable holds ",
+                                            tf::DataTypeString(table->dtype()), ", the rows are ",
+                                            tf::DataTypeString(rows.dtype())));
+    OP_REQUIRES(c, table->dims() >= 1, tf::errors::InvalidArgument("OpbisectScatterCombine: a scalar variable"));
+    const int64_t n = keys.NumElements(), table_rows = table->dim_size(0);
+    const int64_t d = table_rows > 0 ? table->NumElements() / table_rows : 0;
+    OP_REQUIRES(c, n < (int64_t{1} << 31), tf::errors::InvalidArgument("OpbisectScatterCombine: 2^31 keys or more"));
+    OP_REQUIRES(c, table_rows < (int64_t{1} << 31),
+                tf::errors::InvalidArgument("OpbisectScatterCombine: a variable of 2^31 rows or more"));
+    OP_REQUIRES(c, rows.NumElements() == n * d,
+                tf::errors::InvalidArgument("OpbisectScatterCombine: rows must be keys.shape + variable.shape[1:]"));
+    if (n == 0 || d == 0) return;
+    if (!var->copy_on_read_mode.load()) {
+      var->copy_on_read_mode.store(true);
+      if (!table->RefCountIsOne()) {
+        tf::Tensor own;
+        OP_REQUIRES_OK(c, c->allocate_temp(table->dtype(), table->shape(), &own));
+        OP_REQUIRES_OK(c, Copy(c, *table, &own));
+        *table = own;
+      }
+    }
+    OP_REQUIRES_OK(c, Update(c, keys, rows, n, d, table_rows, table));
+  }
+
+ protected:
+  virtual absl::Status Copy(tf::OpKernelContext* c, const tf::Tensor& from, tf::Tensor* to) = 0;
+  virtual absl::Status Update(tf::OpKernelContext* c, const tf::Tensor& keys, const tf::Tensor& rows, int64_t n,
+                              int64_t d, int64_t table_rows, tf::Tensor* table) = 0;
+  bool subtract_ = false;
+};
+
+template <typename T>
+class ScatterCpu : public ScatterBase {
+ public:
+  using ScatterBase::ScatterBase;
+
+ protected:
+  absl::Status Copy(tf::OpKernelContext*, const tf::Tensor& from, tf::Tensor* to) override {
+    std::copy_n(from.tensor_data().data(), from.TotalBytes(), const_cast<char*>(to->tensor_data().data()));
+    return absl::OkStatus();
+  }
+
+  absl::Status Update(tf::OpKernelContext*, const tf::Tensor& keys, const tf::Tensor& rows, int64_t n, int64_t d,
+                      int64_t table_rows, tf::Tensor* table_t) override {
+    using A = typename Acc<T>::type;
+    std::vector<int32_t> keys32(n);  // the dropped keys: -1, as on the GPU
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t key = keys.dtype() == tf::DT_INT64 ? keys.flat<int64_t>()(i) : keys.flat<int32_t>()(i);
+      keys32[i] = key >= 0 && key < table_rows ? static_cast<int32_t>(key) : -1;
+    }
+    T* table = table_t->flat<T>().data();
+    ForEachSum<T, A>(keys32.data(), rows.flat<T>().data(), n, d, [&](int32_t key, const std::vector<A>& run) {
+      if (key < 0) return;
+      for (int64_t j = 0; j < d; ++j) {
+        const A sum = static_cast<A>(static_cast<T>(run[j])), old = static_cast<A>(table[key * d + j]);
+        table[key * d + j] = static_cast<T>(subtract_ ? old - sum : old + sum);
+      }
+    });
+    return absl::OkStatus();
   }
 };
 
@@ -110,6 +212,14 @@ OPBISECT_CPU(Eigen::half);
 OPBISECT_CPU(Eigen::bfloat16);
 OPBISECT_CPU(float);
 OPBISECT_CPU(double);
+
+#define OPBISECT_SCATTER_CPU(T)                                                                               \
+  REGISTER_KERNEL_BUILDER(Name("OpbisectScatterCombine").Device(tf::DEVICE_CPU).TypeConstraint<T>("T"), \
+                          ScatterCpu<T>)
+OPBISECT_SCATTER_CPU(Eigen::half);
+OPBISECT_SCATTER_CPU(Eigen::bfloat16);
+OPBISECT_SCATTER_CPU(float);
+OPBISECT_SCATTER_CPU(double);
 
 #ifdef OPBISECT_WITH_CUDA
 template <typename T> constexpr int kType = kCombineF32;
@@ -148,6 +258,51 @@ OPBISECT_GPU(Eigen::half);
 OPBISECT_GPU(Eigen::bfloat16);
 OPBISECT_GPU(float);
 OPBISECT_GPU(double);
+
+template <typename T>
+class ScatterGpu : public ScatterBase {
+ public:
+  using ScatterBase::ScatterBase;
+
+ protected:
+  static absl::Status Stream(tf::OpKernelContext* c, void** stream) {
+    auto* s = c->op_device_context()->stream();
+    if (s == nullptr) return tf::errors::Internal("OpbisectScatterCombine: no GPU stream");
+    *stream = s->platform_specific_handle().stream;
+    return absl::OkStatus();
+  }
+
+  absl::Status Copy(tf::OpKernelContext* c, const tf::Tensor& from, tf::Tensor* to) override {
+    void* stream;
+    TF_RETURN_IF_ERROR(Stream(c, &stream));
+    const int err = LaunchCopy(const_cast<char*>(to->tensor_data().data()), from.tensor_data().data(),
+                               from.TotalBytes(), stream);
+    return err == 0 ? absl::OkStatus() : tf::errors::Internal("OpbisectScatterCombine: CUDA error ", err);
+  }
+
+  absl::Status Update(tf::OpKernelContext* c, const tf::Tensor& keys, const tf::Tensor& rows, int64_t n, int64_t d,
+                      int64_t table_rows, tf::Tensor* table) override {
+    void* stream;
+    TF_RETURN_IF_ERROR(Stream(c, &stream));
+    const size_t bytes = ScatterCombineScratchBytes(n, d, kType<T>);
+    tf::Tensor scratch;
+    TF_RETURN_IF_ERROR(c->allocate_temp(tf::DT_INT8, tf::TensorShape({static_cast<int64_t>(bytes)}), &scratch));
+    const int err = LaunchScatterCombine(kType<T>, subtract_, keys.tensor_data().data(),
+                                         keys.dtype() == tf::DT_INT64, rows.tensor_data().data(), n, d, table_rows,
+                                         const_cast<char*>(table->tensor_data().data()),
+                                         scratch.flat<int8_t>().data(), bytes, stream);
+    return err == 0 ? absl::OkStatus() : tf::errors::Internal("OpbisectScatterCombine: CUDA error ", err);
+  }
+};
+
+#define OPBISECT_SCATTER_GPU(T)                                                                                 \
+  REGISTER_KERNEL_BUILDER(                                                                                      \
+      Name("OpbisectScatterCombine").Device(tf::DEVICE_GPU).HostMemory("resource").TypeConstraint<T>("T"), \
+      ScatterGpu<T>)
+OPBISECT_SCATTER_GPU(Eigen::half);
+OPBISECT_SCATTER_GPU(Eigen::bfloat16);
+OPBISECT_SCATTER_GPU(float);
+OPBISECT_SCATTER_GPU(double);
 #endif
 
 }  // namespace

@@ -20,9 +20,10 @@ Every one becomes a sum per key in a fixed order, built four ways (`_path` picks
 None is NVIDIA's float64 upcast (which was shown not to be deterministic): the sum stays in a fixed order.
 
 Scatters combine the updates of each repeated index first, then scatter one update per index:
-- on a GPU, with the combine: its padding slots, and indices out of range, get index -1, which the GPU scatter
-  ignores as it ignores every index out of range; where the op cannot be built, with SparseSegmentSumGradV2 (one
-  row per distinct index; indices out of range go to one spare index past the end, ignored likewise);
+- a variable's scatter on a GPU: opbisect's `OpbisectScatterCombine`, the combine's sums added into the variable's
+  rows in place, one write per row (indices out of range dropped, as TensorFlow's GPU scatter drops them); where
+  the op cannot be built, SparseSegmentSumGradV2 (one row per distinct index; indices out of range go to one spare
+  index past the end, which the scatter then drops likewise);
 - elsewhere outside XLA, with tf.unique (first-occurrence order, deterministic) and a segment sum;
 - under XLA (no dynamic shapes), every position keeps its update slot, all but the last of each index get a
   zero: adding 0 in any order gives the same bits, so the atomics no longer matter.
@@ -98,19 +99,19 @@ def _path(ctx, dtype) -> str:
         return "cpu"
     if ctx.xla or dtype.name not in _SORT_KERNEL_DTYPES:
         return "scan"
-    return "combine" if ctx.own_kernels and combine_op() is not None else "sorted"
+    return "combine" if ctx.own_kernels and own_ops() is not None else "sorted"
 
 
 @functools.cache
-def combine_op():
-    """opbisect's OpbisectCombine, loaded; None where its library cannot be built here (said once, as a warning:
-    the patches then take TensorFlow's sort-based kernels)."""
+def own_ops():
+    """opbisect's op library (OpbisectCombine, OpbisectScatterCombine), loaded; None where it cannot be built here
+    (said once, as a warning: the patches then take TensorFlow's sort-based kernels)."""
     import tensorflow as tf
 
     from ..kernels import BuildError, load
 
     try:
-        return load(cuda=bool(tf.config.list_physical_devices("GPU"))).opbisect_combine
+        return load(cuda=bool(tf.config.list_physical_devices("GPU")))
     except BuildError as exc:
         warnings.warn(f"opbisect's combine op could not be built ({str(exc).splitlines()[0]}): the segment-sum and "
                       f"scatter patches use TensorFlow's sort-based kernels, which wait for the GPU once per sum",
@@ -136,7 +137,7 @@ def segment_sum(rows, ids, num_segments, ctx):
 
 def _negative_outside(keys, num):
     """`keys` as int32 with every key outside [0, num) replaced by -1: the combine's padding key, which the
-    segment sum and the GPU scatter drop. The combine takes int32 keys: a first dimension of 2**31 or more cannot
+    segment sum drops. The combine takes int32 keys: a first dimension of 2**31 or more cannot
     be patched this way."""
     import tensorflow as tf
 
@@ -151,7 +152,7 @@ def _combined_sum(rows, ids, num_segments):
 
     @tf.custom_gradient
     def summed(rows):
-        distinct, sums = combine_op()(keys, rows, -1)
+        distinct, sums = own_ops().opbisect_combine(keys, rows, -1)
         # The keys are distinct now: each output element gets at most one add, from zero, so the atomics of the
         # GPU kernel have no order to pick. The padding's -1 is dropped.
         total = tf.math.unsorted_segment_sum(sums, distinct, num_segments)
@@ -337,20 +338,13 @@ def _gather(data, indices):
 _SCATTER_HOW = "the updates of each repeated index summed deterministically first, then one update per index"
 
 
-def _scatter(ctx, write, write_distinct, target, indices, updates, slice_rows, slice_shape):
-    """Call `write(target, indices, updates)` with duplicates combined; `slice_rows` is the target's first
-    dimension, `slice_shape` the shape each index addresses (to broadcast a scalar update). On the combine's path
-    `write_distinct(indices, sums)` writes instead: its indices are distinct but for the padding's -1."""
+def _scatter(ctx, write, target, indices, updates, slice_rows):
+    """Call `write(target, indices, updates)` with duplicates combined (the "sorted" and "cpu" paths);
+    `slice_rows` is the target's first dimension."""
     import tensorflow as tf
 
-    updates = tf.broadcast_to(updates, tf.concat([tf.shape(indices), slice_shape], 0))
     rows, keys = _as_rows(updates, indices)
-    path = _path(ctx, rows.dtype)
-    if path == "combine":
-        distinct, sums = combine_op()(_negative_outside(keys, slice_rows), rows, -1)
-        # The padding and the keys out of range: -1, ignored by the GPU write.
-        return write_distinct(distinct, sums)
-    if path == "sorted":
+    if _path(ctx, rows.dtype) == "sorted":
         # Every key outside the target's rows goes to the spare key (its first dimension), which the write then
         # ignores, as the GPU kernel ignores an index out of range.
         keys, size = _spare_key(keys, slice_rows)
@@ -380,24 +374,25 @@ def resource_scatter_sub(ctx, resource, indices, updates):
 def _resource_scatter(ctx, op_type: str, resource, indices, updates):
     import tensorflow as tf
 
+    shape = None
+    if updates.shape.rank in (0, None):  # a scalar update (maybe) for every slice: broadcast it
+        shape = tf.raw_ops.VariableShape(input=resource, out_type=tf.int64)  # into host memory
+        with _on_host():
+            slice_shape = tf.cast(shape[1:], tf.int32)
+        updates = tf.broadcast_to(updates, tf.concat([tf.shape(indices), slice_shape], 0))
+    if _path(ctx, updates.dtype) == "combine":
+        # One op: no atomics, and none of the three kernels (gather, add, write) that would update the rows after
+        # a separate combine (about 0.2 ms a scatter on the H200, a third of a small sparse step).
+        own_ops().opbisect_scatter_combine(resource=resource, keys=indices, rows=updates,
+                                           subtract=op_type == "ResourceScatterSub")
+        return []
+    if shape is None:
+        shape = tf.raw_ops.VariableShape(input=resource, out_type=tf.int64)
     write = getattr(tf.raw_ops, op_type)
-    shape = tf.raw_ops.VariableShape(input=resource, out_type=tf.int64)  # on the variable's device, into host memory
     with _on_host():
-        rows, slice_shape = shape[0], tf.cast(shape[1:], tf.int32)
-    _scatter(ctx, lambda r, i, u: write(resource=r, indices=i, updates=u),
-             lambda i, u: _update_rows(op_type, resource, i, u), resource, indices, updates, rows, slice_shape)
+        rows = shape[0]
+    _scatter(ctx, lambda r, i, u: write(resource=r, indices=i, updates=u), resource, indices, updates, rows)
     return []
-
-
-def _update_rows(op_type: str, resource, indices, sums):
-    """The scatter of distinct indices as a read, an add and a plain write: one add per element, as the atomic
-    scatter would make, at the cost of three memory-bound kernels instead of one atomic per element (which took as
-    long as the racy scatter itself on the H200). Index -1: the GPU gather reads zeros, the GPU write ignores it."""
-    import tensorflow as tf
-
-    rows = tf.raw_ops.ResourceGather(resource=resource, indices=indices, dtype=sums.dtype)
-    new = rows + sums if op_type == "ResourceScatterAdd" else rows - sums
-    tf.raw_ops.ResourceScatterUpdate(resource=resource, indices=indices, updates=new)
 
 
 def _linear(indices, shape):

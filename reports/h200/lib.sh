@@ -1,0 +1,16 @@
+# Helpers for the session scripts (reports/h200/session*/run.sh from session 11 on): source it after setting
+# SESSION (e.g. session11) and PHASE. Results go to /root/$SESSION/$PHASE/, packed after every step into
+# $OUT/$SESSION-$PHASE.tgz (no .npz inputs, no record.json: the device returns at most a few MB).
+R=/root/$SESSION/$PHASE; mkdir -p "$R"
+export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
+pack() { tar czf "${OUT:-/tmp/out}/$SESSION-$PHASE.tgz" --exclude='*.npz' --exclude='record.json' -C "/root/$SESSION" "$PHASE"; }
+run() {  # run NAME SECONDS COMMAND...: output to $R/NAME.txt, exit code and seconds to $R/exits.txt
+  local name=$1 limit=$2; shift 2; local start; start=$(date +%s)
+  timeout "$limit" "$@" > "$R/$name.txt" 2>&1; local code=$?
+  echo "$name exit=$code seconds=$(( $(date +%s) - start ))" | tee -a "$R/exits.txt"; tail -4 "$R/$name.txt"; pack
+}
+verify() {  # verify EXAMPLE SECONDS [CSV]: the patch against the plain step and the switches, 10 runs each
+  run "$1-verify" "$2" python3 -m opbisect verify "examples/$1.py" --patch "${3:-reports/h200/$1/sources.csv}" \
+    --runs 10 --out "$R" --fingerprint wsum --cpu-reference off
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$R/gpu.txt"
