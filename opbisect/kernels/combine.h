@@ -28,7 +28,7 @@ int LaunchCombine(int type, const int32_t* keys, const void* rows, int64_t n, in
 // The deterministic scatter (`OpbisectScatterCombine`): the same sums, added into a variable's rows in place,
 //   table[k] = table[k] + sum(k)   (or - sum(k) when `subtract`), each in the table's type,
 // for every distinct key k in [0, table_rows); other keys are dropped, as TensorFlow's GPU scatter drops an index
-// out of range. Each row of the table is written by one thread, once: no atomics, and nothing in between (the
+// out of range. The sums are the combine's, with each dropped key read as table_rows (so they sort last). Each row of the table is written by one thread, once: no atomics, and nothing in between (the
 // combine's sums are never stored, nor gathered, added and written back by three more kernels).
 // `keys` are int32, or int64 when keys64.
 size_t ScatterCombineScratchBytes(int64_t n, int64_t d, int type);

@@ -1,8 +1,9 @@
-// GPU kernels of the deterministic combine and scatter (see combine.h). Seven launches, none waiting for the host:
-// the keys (int32, the dropped ones -1) and their positions, CUB's stable radix sort of (key, position), run heads,
-// CUB's inclusive sum of the heads (each position's run number), the run starts (and distinct keys), the segment
-// sums, then the run sums, stored (the combine) or added into the table's rows (the scatter). Integer work is
-// exact, and every float add has a fixed place in a fixed order, so the bits do not depend on scheduling.
+// GPU kernels of the deterministic combine and scatter (see combine.h). Six steps, none waiting for the host:
+// the keys (int32; a scatter's dropped keys become the table's row count) and their positions, CUB's stable radix
+// sort of (key, position) (a scatter's over only the bits its keys use), CUB's inclusive sum of the run heads (each
+// position's run number), the run starts (and distinct keys), the segment sums, then the run sums, stored (the
+// combine) or added into the table's rows (the scatter). Integer work is exact, and every float add has a fixed
+// place in a fixed order, so the bits do not depend on scheduling.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -11,6 +12,8 @@
 
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
 
 #include "combine.h"
 
@@ -35,29 +38,38 @@ template <typename T> struct AccOf { using type = T; };
 template <> struct AccOf<__half> { using type = float; };
 template <> struct AccOf<__nv_bfloat16> { using type = float; };
 
-// keys32[i]: keys[i], or -1 where `limit` >= 0 and the key is outside [0, limit); positions[i] = i.
+// keys32[i]: keys[i], or `limit` where `limit` >= 0 and the key is outside [0, limit); positions[i] = i.
 template <typename K>
 __global__ void Start(const K* keys, int64_t n, int64_t limit, int32_t* keys32, int32_t* positions) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t key = keys[i];
-    keys32[i] = (limit < 0 || (key >= 0 && key < limit)) ? static_cast<int32_t>(key) : -1;
+    keys32[i] = static_cast<int32_t>(limit < 0 || (key >= 0 && key < limit) ? key : limit);
     positions[i] = static_cast<int32_t>(i);
   }
 }
 
-__global__ void Heads(const int32_t* sorted, int32_t* heads, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    heads[i] = (i == 0 || sorted[i] != sorted[i - 1]) ? 1 : 0;
-}
+// Sorted position i starts a run of equal keys.
+__device__ __forceinline__ bool IsHead(const int32_t* sorted, int64_t i) { return i == 0 || sorted[i] != sorted[i - 1]; }
+
+struct HeadFlag {  // the scan's input, computed as it reads (no kernel, no buffer of flags)
+  const int32_t* sorted;
+  __host__ __device__ int32_t operator()(int64_t i) const {
+#ifdef __CUDA_ARCH__
+    return IsHead(sorted, i) ? 1 : 0;
+#else
+    return 0;
+#endif
+  }
+};
 
 // starts[r] for each run r, and (when `distinct` is given) distinct[r], every slot past the last run getting `pad`.
 // runs[i] is the 1-based run of sorted position i, so runs[n - 1] is the number of runs.
-__global__ void Mark(const int32_t* sorted, const int32_t* heads, const int32_t* runs, int64_t n, int32_t pad,
-                     int32_t* distinct, int32_t* starts) {
+__global__ void Mark(const int32_t* sorted, const int32_t* runs, int64_t n, int32_t pad, int32_t* distinct,
+                     int32_t* starts) {
   const int64_t total = runs[n - 1];
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     if (distinct != nullptr && i >= total) distinct[i] = pad;
-    if (heads[i]) {
+    if (IsHead(sorted, i)) {
       if (distinct != nullptr) distinct[runs[i] - 1] = sorted[i];
       starts[runs[i] - 1] = static_cast<int32_t>(i);
     }
@@ -95,10 +107,10 @@ __device__ __forceinline__ A SumRows(const T* rows, const int32_t* perm, int64_t
 // starts a segment (a new key, or a multiple of kCombineChunk) adds its segment's rows in order into part[p];
 // a run inside one chunk is left to the last kernel, which adds its rows itself (its sum is its one segment's).
 template <typename T, typename A>
-__global__ void SumSegments(const T* rows, const int32_t* perm, const int32_t* heads, const int32_t* runs,
+__global__ void SumSegments(const T* rows, const int32_t* perm, const int32_t* sorted, const int32_t* runs,
                             const int32_t* starts, int64_t n, int64_t d, A* part) {
   const int64_t p = blockIdx.x * int64_t{blockDim.y} + threadIdx.y;
-  if (p >= n || (p % kCombineChunk != 0 && !heads[p])) return;
+  if (p >= n || (p % kCombineChunk != 0 && !IsHead(sorted, p))) return;
   const int64_t run = runs[p] - 1, run_end = RunEnd(starts, run, runs[n - 1], n);
   if (OneChunk(starts[run], run_end)) return;
   const int64_t end = min(run_end, (p / kCombineChunk + 1) * kCombineChunk);
@@ -115,7 +127,15 @@ __device__ __forceinline__ A RunSum(const T* rows, const int32_t* perm, const A*
   if (OneChunk(begin, end)) return SumRows<T, A>(rows, perm, begin, end, d, c);
   A acc = A(0);
   acc += part[begin * d + c];
-  for (int64_t k = (begin / kCombineChunk + 1) * kCombineChunk; k < end; k += kCombineChunk) acc += part[k * d + c];
+  int64_t k = (begin / kCombineChunk + 1) * kCombineChunk;
+  for (; k + 8 * kCombineChunk <= end; k += 8 * kCombineChunk) {  // a hot key's many segments: loads ahead, as above
+    A v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = part[(k + j * kCombineChunk) * d + c];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc += v[j];
+  }
+  for (; k < end; k += kCombineChunk) acc += part[k * d + c];
   return acc;
 }
 
@@ -131,14 +151,15 @@ __global__ void SumRuns(const T* rows, const int32_t* perm, const A* part, const
 }
 
 // One thread row per run r: its sum, rounded to T, added into (or taken from) its key's row of the table, in T's
-// arithmetic, as TensorFlow adds two tensors of T. The dropped keys' run (-1) writes nothing.
+// arithmetic, as TensorFlow adds two tensors of T. The dropped keys' run (key table_rows) writes nothing.
 template <typename T, typename A>
 __global__ void AddRuns(const T* rows, const int32_t* perm, const A* part, const int32_t* sorted,
-                        const int32_t* runs, const int32_t* starts, int64_t n, int64_t d, bool subtract, T* table) {
+                        const int32_t* runs, const int32_t* starts, int64_t n, int64_t d, int64_t table_rows,
+                        bool subtract, T* table) {
   const int64_t r = blockIdx.x * int64_t{blockDim.y} + threadIdx.y;
   if (r >= n || r >= runs[n - 1]) return;
   const int64_t key = sorted[starts[r]];
-  if (key < 0) return;
+  if (key >= table_rows) return;
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
     const A sum = ToAcc(FromAcc<T, A>(RunSum<T, A>(rows, perm, part, starts, r, runs[n - 1], n, d, c)));
     const A old = ToAcc(table[key * d + c]);
@@ -146,10 +167,23 @@ __global__ void AddRuns(const T* rows, const int32_t* perm, const A* part, const
   }
 }
 
+// The bits a sort must look at for keys in [0, limit]: each onesweep pass sorts 8 of them, and a pass with its
+// counters' reset is a tenth of the scatter's device time. Without a limit the keys may be negative: all 32.
+int KeyBits(int64_t limit) {
+  if (limit < 0) return 32;
+  int bits = 1;
+  while (bits < 31 && (int64_t{1} << bits) <= limit) ++bits;
+  return bits;
+}
+
+auto HeadFlags(const int32_t* sorted) {
+  return thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0), HeadFlag{sorted});
+}
+
 size_t Aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 struct Scratch {
-  int32_t *keys, *sorted, *perm_in, *perm, *heads, *runs, *starts;
+  int32_t *keys, *sorted, *perm_in, *perm, *runs, *starts;
   void* part;
   void* cub;
   size_t cub_bytes;
@@ -163,8 +197,7 @@ size_t CubBytes(int64_t n) {
   cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const int32_t*>(nullptr),
                                   static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
                                   static_cast<int32_t*>(nullptr), items);
-  cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, static_cast<const int32_t*>(nullptr),
-                                static_cast<int32_t*>(nullptr), items);
+  cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, HeadFlags(nullptr), static_cast<int32_t*>(nullptr), items);
   return sort_bytes > scan_bytes ? sort_bytes : scan_bytes;
 }
 
@@ -176,7 +209,6 @@ Scratch Carve(void* base, int64_t n, int64_t d, int type) {
   s.sorted = static_cast<int32_t*>(take(n * sizeof(int32_t)));
   s.perm_in = static_cast<int32_t*>(take(n * sizeof(int32_t)));
   s.perm = static_cast<int32_t*>(take(n * sizeof(int32_t)));
-  s.heads = static_cast<int32_t*>(take(n * sizeof(int32_t)));
   s.runs = static_cast<int32_t*>(take(n * sizeof(int32_t)));
   s.starts = static_cast<int32_t*>(take(n * sizeof(int32_t)));
   s.part = take(n * d * AccSize(type));
@@ -192,57 +224,58 @@ dim3 Block(int64_t d) {
   return dim3(x, kThreads / x);
 }
 
-// Stages one to five: the keys sorted, their runs numbered, each run's start (and key, into `distinct`) marked.
+// The first four steps: the keys sorted, their runs numbered, each run's start (and key, into `distinct`) marked.
+// `limit` >= 0: keys outside [0, limit) become `limit` (and sort last).
 template <typename K>
 cudaError_t Order(const Scratch& s, const K* keys, int64_t n, int64_t limit, int32_t pad, int32_t* distinct,
                   cudaStream_t stream) {
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
   Start<K><<<grid, kThreads, 0, stream>>>(keys, n, limit, s.keys, s.perm_in);
   size_t cub_bytes = s.cub_bytes;
+  // Keys in [0, 2^bits): their two's-complement low bits order them (CUB flips only the sign bit of an int).
   cudaError_t err = cub::DeviceRadixSort::SortPairs(s.cub, cub_bytes, s.keys, s.sorted, s.perm_in, s.perm,
-                                                    static_cast<int>(n), 0, 32, stream);
+                                                    static_cast<int>(n), 0, KeyBits(limit), stream);
   if (err != cudaSuccess) return err;
-  Heads<<<grid, kThreads, 0, stream>>>(s.sorted, s.heads, n);
   cub_bytes = s.cub_bytes;
-  err = cub::DeviceScan::InclusiveSum(s.cub, cub_bytes, s.heads, s.runs, static_cast<int>(n), stream);
+  err = cub::DeviceScan::InclusiveSum(s.cub, cub_bytes, HeadFlags(s.sorted), s.runs, static_cast<int>(n), stream);
   if (err != cudaSuccess) return err;
-  Mark<<<grid, kThreads, 0, stream>>>(s.sorted, s.heads, s.runs, n, pad, distinct, s.starts);
+  Mark<<<grid, kThreads, 0, stream>>>(s.sorted, s.runs, n, pad, distinct, s.starts);
   return cudaGetLastError();
 }
 
 // The last two stages: the segment sums, then each run's sum stored into `sums` or, when `table` is given, added
 // into the table.
 template <typename T>
-int SumAll(const Scratch& s, const void* rows, int64_t n, int64_t d, void* sums, bool subtract, void* table,
-           cudaStream_t stream) {
+int SumAll(const Scratch& s, const void* rows, int64_t n, int64_t d, void* sums, int64_t table_rows, bool subtract,
+           void* table, cudaStream_t stream) {
   using A = typename AccOf<T>::type;
   const dim3 block = Block(d);
   const unsigned grid = static_cast<unsigned>((n + block.y - 1) / block.y);
   A* part = static_cast<A*>(s.part);
   const T* in = static_cast<const T*>(rows);
-  SumSegments<T, A><<<grid, block, 0, stream>>>(in, s.perm, s.heads, s.runs, s.starts, n, d, part);
+  SumSegments<T, A><<<grid, block, 0, stream>>>(in, s.perm, s.sorted, s.runs, s.starts, n, d, part);
   if (table == nullptr)
     SumRuns<T, A><<<grid, block, 0, stream>>>(in, s.perm, part, s.runs, s.starts, n, d, static_cast<T*>(sums));
   else
-    AddRuns<T, A><<<grid, block, 0, stream>>>(in, s.perm, part, s.sorted, s.runs, s.starts, n, d, subtract,
-                                              static_cast<T*>(table));
+    AddRuns<T, A><<<grid, block, 0, stream>>>(in, s.perm, part, s.sorted, s.runs, s.starts, n, d, table_rows,
+                                              subtract, static_cast<T*>(table));
   return static_cast<int>(cudaGetLastError());
 }
 
-int SumTyped(int type, const Scratch& s, const void* rows, int64_t n, int64_t d, void* sums, bool subtract,
-             void* table, cudaStream_t stream) {
+int SumTyped(int type, const Scratch& s, const void* rows, int64_t n, int64_t d, void* sums, int64_t table_rows,
+             bool subtract, void* table, cudaStream_t stream) {
   switch (type) {
-    case kCombineF32: return SumAll<float>(s, rows, n, d, sums, subtract, table, stream);
-    case kCombineF64: return SumAll<double>(s, rows, n, d, sums, subtract, table, stream);
-    case kCombineF16: return SumAll<__half>(s, rows, n, d, sums, subtract, table, stream);
-    default: return SumAll<__nv_bfloat16>(s, rows, n, d, sums, subtract, table, stream);
+    case kCombineF32: return SumAll<float>(s, rows, n, d, sums, table_rows, subtract, table, stream);
+    case kCombineF64: return SumAll<double>(s, rows, n, d, sums, table_rows, subtract, table, stream);
+    case kCombineF16: return SumAll<__half>(s, rows, n, d, sums, table_rows, subtract, table, stream);
+    default: return SumAll<__nv_bfloat16>(s, rows, n, d, sums, table_rows, subtract, table, stream);
   }
 }
 
 }  // namespace
 
 size_t CombineScratchBytes(int64_t n, int64_t d, int type) {
-  return 7 * Aligned(n * sizeof(int32_t)) + Aligned(n * d * AccSize(type)) + Aligned(CubBytes(n));
+  return 6 * Aligned(n * sizeof(int32_t)) + Aligned(n * d * AccSize(type)) + Aligned(CubBytes(n));
 }
 
 size_t ScatterCombineScratchBytes(int64_t n, int64_t d, int type) { return CombineScratchBytes(n, d, type); }
@@ -254,7 +287,7 @@ int LaunchCombine(int type, const int32_t* keys, const void* rows, int64_t n, in
   const Scratch s = Carve(scratch, n, d, type);
   const cudaError_t err = Order(s, keys, n, -1, pad, distinct, stream);
   if (err != cudaSuccess) return static_cast<int>(err);
-  return SumTyped(type, s, rows, n, d, sums, false, nullptr, stream);
+  return SumTyped(type, s, rows, n, d, sums, 0, false, nullptr, stream);
 }
 
 int LaunchScatterCombine(int type, bool subtract, const void* keys, bool keys64, const void* rows, int64_t n,
@@ -266,7 +299,7 @@ int LaunchScatterCombine(int type, bool subtract, const void* keys, bool keys64,
   const cudaError_t err = keys64 ? Order(s, static_cast<const int64_t*>(keys), n, table_rows, -1, nullptr, stream)
                                  : Order(s, static_cast<const int32_t*>(keys), n, table_rows, -1, nullptr, stream);
   if (err != cudaSuccess) return static_cast<int>(err);
-  return SumTyped(type, s, rows, n, d, nullptr, subtract, table, stream);
+  return SumTyped(type, s, rows, n, d, nullptr, table_rows, subtract, table, stream);
 }
 
 int LaunchCopy(void* to, const void* from, size_t bytes, void* stream) {

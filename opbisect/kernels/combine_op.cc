@@ -189,14 +189,14 @@ class ScatterCpu : public ScatterBase {
   absl::Status Update(tf::OpKernelContext*, const tf::Tensor& keys, const tf::Tensor& rows, int64_t n, int64_t d,
                       int64_t table_rows, tf::Tensor* table_t) override {
     using A = typename Acc<T>::type;
-    std::vector<int32_t> keys32(n);  // the dropped keys: -1, as on the GPU
+    std::vector<int32_t> keys32(n);  // the dropped keys: table_rows (sorted last), as on the GPU
     for (int64_t i = 0; i < n; ++i) {
       const int64_t key = keys.dtype() == tf::DT_INT64 ? keys.flat<int64_t>()(i) : keys.flat<int32_t>()(i);
-      keys32[i] = key >= 0 && key < table_rows ? static_cast<int32_t>(key) : -1;
+      keys32[i] = static_cast<int32_t>(key >= 0 && key < table_rows ? key : table_rows);
     }
     T* table = table_t->flat<T>().data();
     ForEachSum<T, A>(keys32.data(), rows.flat<T>().data(), n, d, [&](int32_t key, const std::vector<A>& run) {
-      if (key < 0) return;
+      if (key >= table_rows) return;
       for (int64_t j = 0; j < d; ++j) {
         const A sum = static_cast<A>(static_cast<T>(run[j])), old = static_cast<A>(table[key * d + j]);
         table[key * d + j] = static_cast<T>(subtract_ ? old - sum : old + sum);
