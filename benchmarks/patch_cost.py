@@ -5,6 +5,8 @@ a fresh process from the same state): `bash reports/h200/run_verify.sh verify1|v
 `opbisect verify <example> --patch <its CSV>` anywhere. This script only renders the verify folders' records:
 
     python benchmarks/patch_cost.py reports/h200
+
+A ratio in brackets is its 95% bootstrap interval (verify's records from version 2 on, `--timing-runs`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ def _cell(v: dict | None) -> str:
     if v["error"]:
         return "raised"
     same = "same bits" if v["runs"] >= 2 and v["distinct"] == 1 else f"{v['distinct']}/{v['runs']} differ"
-    return f"{v['ratio']:.2f}x ({same})"
+    interval = f" [{v['ratio_low']:.2f}-{v['ratio_high']:.2f}]" if v.get("ratio_low") is not None else ""
+    return f"{v['ratio']:.2f}x{interval} ({same})"
 
 
 def rows(folder: Path) -> list[str]:

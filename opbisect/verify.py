@@ -4,6 +4,7 @@
       ReportFolder(<stem>-verify).prepare()      record/store.py
       _Step (load, trace, snapshot)               targets/, trace/, execute/snapshot.py
       measure(plain), measure(patched)            execute/variants.py, patches/step.py
+      time_steps(plain, patched)                  the two in turn, --timing-runs steps each
       children: --variant global | family | cpu   this module, in fresh processes (the switches are global;
                                                   cpu: the plain step on the CPU, the numerical reference)
       Verification + decide                       record/verification.py
@@ -98,13 +99,24 @@ def _measure(step: _Step, call, runs: int):
     return measure(call, step.args, step.snapshot.restore, step.fingerprint, step.trace.variables, runs)
 
 
+def _time(step: _Step, measured: list, calls: list, steps: int) -> None:
+    """More timed steps of each call that ran, in turn (`--timing-runs`), into its Measured."""
+    from .execute.variants import time_steps
+
+    if steps and not any(m.error for m in measured):
+        for m, times in zip(measured, time_steps(calls, step.args, step.snapshot.restore, steps)):
+            m.timed = times
+
+
 def _variant(name: str, how: str, measured, plain=None, comparable: bool = True) -> Variant:
-    from .execute.variants import difference
+    from .execute.variants import difference, ratio_interval
 
     v = Variant(name=name, how=how, runs=len(measured.results), distinct=measured.distinct,
-                step_ms=measured.step_ms, error=measured.error, comparable=comparable)
+                step_ms=measured.step_ms, timed=len(measured.samples), error=measured.error, comparable=comparable)
     if plain is not None and plain.step_ms and v.step_ms is not None:
         v.ratio = round(v.step_ms / plain.step_ms, 3)
+        if measured is not plain:
+            v.ratio_low, v.ratio_high = ratio_interval(measured.samples, plain.samples) or (None, None)
     if plain is not None and comparable and measured.first and plain.first:
         m = difference(plain.first, measured.first)
         v.max_abs_diff, v.max_ulp = m.max_abs_diff, int(min(m.max_ulp_diff, 2 ** 62))
@@ -128,6 +140,7 @@ def experiment(settings: VerifySettings) -> Verification:
         fixed = _measure(step, patched, settings.runs)
         if fixed.error:
             raise InternalError(f"the patched step failed where the plain step ran ({fixed.error})")
+        _time(step, [plain, fixed], [step.trace.concrete, patched], settings.timing_runs)
         import tensorflow as tf
 
         device = environment(tf, step.kind)["device"]
@@ -144,7 +157,7 @@ def experiment(settings: VerifySettings) -> Verification:
                         patch=settings.patch, runs=settings.runs, replaced=patched.replaced, skipped=patched.skipped,
                         renamed=choice.renamed,
                         not_ops=choice.not_ops, plain_spread=plain.spread, variants=variants,
-                        recommendation=decide(variants))
+                        recommendation=decide(variants), timing_runs=settings.timing_runs)
 
 
 def _against_reference(variants: list[Variant], measured: list) -> list[Variant]:
@@ -211,7 +224,7 @@ def _child_variant(settings, exchange: Path, variant: str, name: str, how: str, 
         return Variant(name=name, how=how, error=f"the child process failed (exit {done.returncode}): {last}"), None
     got = json.loads(result.read_text())
     arrays = np.load(exchange / f"{variant}.npz")
-    measured = Measured(results=got["results"], times=got["times"],
+    measured = Measured(results=got["results"], times=got["times"], timed=got["timed"],
                         first={n: arrays[f"arr_{i}"] for i, n in enumerate(got["names"])}, error=got["error"])
     result.unlink()
     return _variant(name, how, measured, plain, comparable=got["comparable"]), measured
@@ -234,10 +247,12 @@ def _child(settings: VerifySettings) -> int:
 
             call = PatchedStep(step.trace, choose(step.trace.graph, settings.patch))
         measured = _measure(step, call, settings.runs)
+        _time(step, [measured], [call], settings.timing_runs)
     comparable = sorted(step.snapshot.keys) == start["keys"] and step.inputs == start["inputs"]
     names = list(measured.first)
     np.savez(exchange / f"{settings.variant}.npz", *[measured.first[n] for n in names])
     (exchange / f"{settings.variant}.json").write_text(json.dumps({
-        "results": [repr(r) for r in measured.results], "times": measured.times, "names": names,
+        "results": [repr(r) for r in measured.results], "times": measured.times, "timed": measured.timed,
+        "names": names,
         "error": measured.error, "comparable": comparable}))
     return 0

@@ -1,9 +1,9 @@
 """Each patch against the op it replaces: bitwise equal where summation order cannot matter (integer-valued
 floats, exactly representable sums), within a stated tolerance otherwise; the same bits over 20 runs; gradients
-through the replacement equal the op's. Every patch is checked in its forms: the GPU form (opbisect's combine and scatter
-ops, run here on their CPU kernels, which add in the GPU kernels' order), the GPU form where that op cannot be built
-("gpu-tf": TensorFlow's sort-based segment kernels, run here on their CPU kernels), the CPU form, and the XLA form
-(the sorted doubling scan, compiled with jit_compile)."""
+through the replacement equal the op's. Every patch is checked in its forms: the GPU form (opbisect's combine and
+scatter ops, run here on their CPU kernels, which add in the GPU kernels' order), the GPU form where they cannot be
+built ("gpu-tf": TensorFlow's sort-based segment kernels, run here on their CPU kernels), the CPU form, and the XLA
+form (the sorted doubling scan, compiled with jit_compile)."""
 
 from __future__ import annotations
 

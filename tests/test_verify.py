@@ -122,11 +122,31 @@ def test_trace_with_patch_finds_the_source_the_patched_one_hid(tmp_path, monkeyp
 
 def test_verify_exits_1_when_the_patch_misses_the_source_and_reports_the_global_switch(tmp_path):
     script = write_script(tmp_path, "model_step", NOISE_STEP)
-    done = cli("verify", str(script), "--patch", "BiasAddGrad", "--runs", "3", "--out", str(tmp_path / "r"))
+    done = cli("verify", str(script), "--patch", "BiasAddGrad", "--runs", "3", "--timing-runs", "6", "--out",
+               str(tmp_path / "r"))
     assert done.returncode == 1, done.stderr[-3000:]
     variants = pd.read_csv(tmp_path / "r" / "model_step-verify" / "variants.csv").set_index("variant")
     assert not variants.loc[PATCHED, "reproducible"]
     assert GLOBAL in variants.index  # measured in its own process, whatever it found
+    # each variant's cost: the median of 6 steps timed after its 3 runs, with an interval (the global switch
+    # raises on the unseeded random op: no time)
+    assert variants.loc[PLAIN, "timed"] == variants.loc[PATCHED, "timed"] == 6
+    assert variants.loc[GLOBAL, "timed"] == 0 and "seed" in variants.loc[GLOBAL, "error"]
+    low, ratio, high = variants.loc[PATCHED, ["ratio_low", "ratio", "ratio_high"]]
+    assert 0 < low <= high and low - 0.01 <= ratio <= high + 0.01
+
+
+def test_a_ratio_s_interval_holds_what_the_samples_support():
+    from opbisect.execute.variants import ratio_interval
+
+    rng = np.random.default_rng(3)
+    base = list(1.0 + rng.exponential(0.05, 30))  # a step's times: a floor and a tail
+    low, high = ratio_interval(list(1.0 + rng.exponential(0.05, 30)), base)
+    assert low < 1.0 < high  # the same step: no difference claimed
+    low, high = ratio_interval([t * 1.5 for t in base], base)
+    assert 1.3 < low <= 1.5 <= high < 1.7  # half again as slow, and said so
+    assert ratio_interval(base[:4], base) is None  # too few steps for an interval
+    assert ratio_interval(base, base[:10]) == ratio_interval(base, base[:10])  # the same samples, the same interval
 
 
 def test_verify_refuses_ops_the_step_does_not_have(tmp_path):
@@ -221,6 +241,24 @@ def test_the_exit_code_and_the_recommendation_are_decided_from_the_variants():
     assert decide(variants) == "" and not Verification(**{**made.__dict__, "variants": variants}).fixed_by
 
 
+def test_the_record_says_which_variants_its_timings_cannot_tell_apart_from_the_recommended_one():
+    from opbisect.record.verification import Variant, Verification, decide
+
+    def v(name, distinct, ratio, low, high):
+        return Variant(name=name, how="", runs=5, distinct=distinct, step_ms=ratio, ratio=ratio, ratio_low=low,
+                       ratio_high=high)
+
+    variants = [v(PLAIN, 5, 1.0, None, None), v(PATCHED, 1, 1.04, 0.98, 1.10), v(GLOBAL, 1, 1.08, 1.02, 1.15),
+                v("TF_USE_DETERMINISTIC_SEGMENT_REDUCTIONS=1", 1, 3.0, 2.8, 3.2),
+                v("noisy but varies", 3, 1.05, 0.9, 1.2)]
+    made = Verification(script="s.py", script_path="/s.py", device="GPU", patch="x.csv", runs=5, replaced=[],
+                        skipped={}, renamed={}, not_ops={}, plain_spread=0.0, variants=variants,
+                        recommendation=decide(variants))
+    assert made.recommendation == PATCHED and made.untold == [GLOBAL]  # not the slower one, nor one that varies
+    made.variants[2] = v(GLOBAL, 1, 1.30, 1.2, 1.4)
+    assert made.untold == []
+
+
 XLA_LOOP = """
 table = tf.Variable(tf.zeros([8, 4]), name="table")
 
@@ -265,7 +303,7 @@ def test_verify_compares_every_variant_with_the_step_on_the_cpu_and_never_recomm
     script = EXAMPLES / "embedding_sgd.py"
     csv = ROOT / "reports" / "cpu" / "embedding_sgd" / "sources.csv"
     done = cli("verify", str(script), "--patch", str(csv), "--no-switches", "--cpu-reference", "on", "--runs", "3",
-               "--out", str(tmp_path / "r"))
+               "--timing-runs", "6", "--out", str(tmp_path / "r"))
     folder = tmp_path / "r" / "embedding_sgd-verify"
     variants = pd.read_csv(folder / "variants.csv").set_index("variant")
     record = json.loads((folder / "verification.json").read_text())
@@ -278,3 +316,7 @@ def test_verify_compares_every_variant_with_the_step_on_the_cpu_and_never_recomm
     for name in (PLAIN, PATCHED):
         assert 0 <= variants.loc[name, "cpu_abs_diff"] < 1e-5
     assert variants.loc[CPU_REFERENCE, "cpu_abs_diff"] != variants.loc[CPU_REFERENCE, "cpu_abs_diff"]  # not itself
+    assert (variants["timed"] == 6).all()  # the child's steps timed after its runs too
+    for name in (PATCHED, CPU_REFERENCE):
+        low, ratio, high = variants.loc[name, ["ratio_low", "ratio", "ratio_high"]]
+        assert 0 < low <= high and low - 0.01 <= ratio <= high + 0.01

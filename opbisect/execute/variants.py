@@ -2,7 +2,9 @@
 
 A step is timed from the call to the moment every device is done (tf.test.experimental.sync_devices), after one
 warm-up call that is not timed (tracing, XLA compilation, cuDNN autotuning happen there). The state is restored
-before every run, outside the timed span.
+before every run, outside the timed span. `time_steps` then times more steps of several variants in turn (a, b, a,
+b, ...), so that a drift of the machine's speed falls on all of them alike, and `ratio_interval` says how far the
+ratio of two variants' median times could move with other samples of the same steps.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from ..analysis.magnitude import of_source
 @dataclasses.dataclass
 class Measured:
     results: list[tuple] = dataclasses.field(default_factory=list)  # per run: fingerprints of outputs and state
-    times: list[float] = dataclasses.field(default_factory=list)  # seconds per step
+    times: list[float] = dataclasses.field(default_factory=list)  # seconds per step, of the runs above
+    timed: list[float] = dataclasses.field(default_factory=list)  # seconds per step, of the timing steps after them
     first: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # the first run's values, by name
     spread: float = 0.0  # the largest difference of a later run from the first
     error: str = ""
@@ -30,8 +33,42 @@ class Measured:
         return len(set(self.results))
 
     @property
+    def samples(self) -> list[float]:
+        """The step times the cost is measured on: the timing steps where there were some, else the runs'."""
+        return self.timed or self.times
+
+    @property
     def step_ms(self) -> float | None:
-        return round(1000 * statistics.median(self.times), 4) if self.times else None
+        return round(1000 * statistics.median(self.samples), 4) if self.samples else None
+
+
+def time_steps(calls: list[Callable], args: tuple, restore: Callable, steps: int) -> list[list[float]]:
+    """Seconds per step of each call, `steps` times, the calls in turn, each from `restore()` (not timed). Each
+    call has run before (`measure`): nothing here traces or compiles."""
+    import tensorflow as tf
+
+    times: list[list[float]] = [[] for _ in calls]
+    for _ in range(steps):
+        for call, out in zip(calls, times):
+            restore()
+            tf.test.experimental.sync_devices()
+            start = time.perf_counter()
+            tf.nest.map_structure(lambda t: t, call(*args))
+            tf.test.experimental.sync_devices()
+            out.append(time.perf_counter() - start)
+    return times
+
+
+def ratio_interval(times: list[float], base: list[float], draws: int = 2000) -> tuple[float, float] | None:
+    """The 95% bootstrap interval of median(times) / median(base): each resampled with replacement, `draws`
+    times, from a fixed seed (the same samples give the same interval). None with fewer than 5 samples of either."""
+    if len(times) < 5 or len(base) < 5:
+        return None
+    rng = np.random.default_rng(0)
+    a, b = np.asarray(times), np.asarray(base)
+    ratios = np.median(rng.choice(a, (draws, a.size)), axis=1) / np.median(rng.choice(b, (draws, b.size)), axis=1)
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return round(float(low), 3), round(float(high), 3)
 
 
 def values_after(outputs, variables: dict) -> dict[str, np.ndarray]:

@@ -116,10 +116,10 @@ def _compile(out: Path, lib: Path, cuda: bool) -> Path:
 
 
 def load(cuda: bool):
-    """The loaded op module (`opbisect_fingerprint`, `opbisect_combine`, `opbisect_scatter_combine`); raises BuildError when it cannot be
-    built. `cuda`: the GPU kernels are needed. Where TensorFlow sees a GPU the CUDA build (which has the CPU kernels
-    too) is loaded whatever is asked: TensorFlow registers an op once per process, so a second library with the
-    same ops would load as a module without them."""
+    """The loaded op module (`opbisect_fingerprint`, `opbisect_combine`, `opbisect_scatter_combine`); raises
+    BuildError when it cannot be built. `cuda`: the GPU kernels are needed. Where TensorFlow sees a GPU the CUDA
+    build (which has the CPU kernels too) is loaded whatever is asked: TensorFlow registers an op once per
+    process, so a second library with the same ops would load as a module without them."""
     import tensorflow as tf
 
     if cuda or tf.config.list_physical_devices("GPU"):

@@ -13,7 +13,7 @@ import dataclasses
 
 from ..errors import EXIT_CLEAN, EXIT_FOUND
 
-VERIFY_VERSION = 1
+VERIFY_VERSION = 2  # 2: each variant's timed steps and its ratio's interval
 PLAIN, PATCHED, GLOBAL, CPU_REFERENCE = "plain", "patched", "global switch", "cpu reference"
 
 
@@ -24,7 +24,10 @@ class Variant:
     runs: int = 0
     distinct: int = 0  # distinct results: the step's outputs and every variable after it
     step_ms: float | None = None  # median wall time of one step (synchronised), warm-up excluded
+    timed: int = 0  # the steps step_ms is the median of
     ratio: float | None = None  # step_ms / the plain step's
+    ratio_low: float | None = None  # the ratio's 95% bootstrap interval over the timed steps (None: too few)
+    ratio_high: float | None = None
     max_abs_diff: float | None = None  # against the plain step's first run, over outputs and variables
     max_ulp: int | None = None
     # against the plain step run on the CPU (the `cpu reference` variant), where it ran and could be compared
@@ -53,6 +56,7 @@ class Verification:
     plain_spread: float | None  # the plain step's own run-to-run max abs difference
     variants: list[Variant]
     recommendation: str = ""  # the cheapest reproducible variant's name ("" when none is)
+    timing_runs: int = 0  # steps of each variant timed after its runs (0: the runs were timed)
     version: int = VERIFY_VERSION
 
     def variant(self, name: str) -> Variant | None:
@@ -67,6 +71,16 @@ class Verification:
         """The cheapest patched variant that was bitwise reproducible ("" when none was)."""
         good = [v for v in self.patched() if v.reproducible]
         return decide(good)
+
+    @property
+    def untold(self) -> list[str]:
+        """The other bitwise reproducible variants whose ratio's interval overlaps the recommended one's: these
+        timings do not say which is cheaper."""
+        best = self.variant(self.recommendation)
+        if best is None or best.ratio_low is None:
+            return []
+        return [v.name for v in self.variants if v is not best and v.reproducible and not v.reference
+                and v.ratio_low is not None and v.ratio_low <= best.ratio_high and best.ratio_low <= v.ratio_high]
 
     @property
     def exit_code(self) -> int:

@@ -12,13 +12,13 @@ from pathlib import Path
 import pandas as pd
 
 from ..record import store
-from ..record.verification import PLAIN, Verification
+from ..record.verification import PATCHED, PLAIN, Verification
 
 RECORD = "verification.json"
 CSV = "variants.csv"
 TEXT = "summary.txt"
-COLUMNS = ["variant", "reproducible", "distinct", "runs", "step_ms", "ratio", "max_abs_diff", "max_ulp",
-           "cpu_abs_diff", "cpu_ulp", "reference", "comparable", "error", "how"]
+COLUMNS = ["variant", "reproducible", "distinct", "runs", "step_ms", "timed", "ratio", "ratio_low", "ratio_high",
+           "max_abs_diff", "max_ulp", "cpu_abs_diff", "cpu_ulp", "reference", "comparable", "error", "how"]
 
 
 def frame(v: Verification) -> pd.DataFrame:
@@ -31,6 +31,10 @@ def _ratio(x) -> str:
     return f"{x.ratio:.2f}x" if x.ratio is not None else "-"
 
 
+def _interval(x) -> str:
+    return f"; 95%: {x.ratio_low:.2f}-{x.ratio_high:.2f}x" if x.ratio_low is not None else ""
+
+
 def _row(x) -> str:
     if x.error:
         return f"  {x.name:<44} raised: {x.error}"
@@ -40,7 +44,15 @@ def _row(x) -> str:
         agree += f", vs the CPU {x.cpu_abs_diff:.3g} ({x.cpu_ulp} ulp)"
     if not x.comparable:
         agree = ", not compared (started from other values)"
-    return f"  {x.name:<44} {same} in {x.runs} runs, {x.step_ms} ms a step ({_ratio(x)}){agree}"
+    return f"  {x.name:<44} {same} in {x.runs} runs, {x.step_ms} ms a step ({_ratio(x)}{_interval(x)}){agree}"
+
+
+def _timing(v: Verification) -> str:
+    if not v.timing_runs:
+        return "step times: the median of each variant's runs above; its ratio's 95% bootstrap interval"
+    others = any(x.name not in (PLAIN, PATCHED) for x in v.variants)
+    return (f"step times: the median of {v.timing_runs} steps of each variant timed after its runs (plain and patched "
+            f"in turn{', the others in their own processes' if others else ''}); its ratio's 95% bootstrap interval")
 
 
 def lines(v: Verification, written: Path | None = None) -> list[str]:
@@ -53,6 +65,7 @@ def lines(v: Verification, written: Path | None = None) -> list[str]:
     for op, kind in v.not_ops.items():
         out.append(f"no patch for source {op} (kind {kind}): fix it where the report's remedy says")
     out += [_row(x) for x in v.variants]
+    out.append(_timing(v))
     if v.plain_spread:
         out.append(f"the plain step's own run-to-run spread: max |diff| {v.plain_spread:.3g}")
     reference = next((x for x in v.variants if x.reference), None)
@@ -62,8 +75,11 @@ def lines(v: Verification, written: Path | None = None) -> list[str]:
         out.append("recommendation: plain: the step gave one result in every run; nothing to fix in these runs")
     elif v.recommendation:
         best = v.variant(v.recommendation)
-        out.append(f"recommendation: {best.name} ({_ratio(best)} the plain step), the cheapest bitwise "
-                   f"reproducible variant")
+        out.append(f"recommendation: {best.name} ({_ratio(best)} the plain step{_interval(best)}), the cheapest "
+                   f"bitwise reproducible variant")
+        if v.untold:
+            out.append(f"  these timings do not tell it apart from: {', '.join(v.untold)} (their 95% intervals "
+                       f"overlap; more --timing-runs narrow them)")
     else:
         out.append("recommendation: none: no variant was bitwise reproducible")
     if v.fixed_by:

@@ -105,9 +105,9 @@ with tf.device(DEV):
             f"{k} {m:.3f} ms ({m / ms['plain']:.2f}x)" for k, m in ms.items()))
 
     i = tf.constant(zipf)
-    for label in variants:
+    for label, fn in variants.items():
         try:
-            profile = kernel_times(lambda: variants[label](table, i, data), calls=20)
+            profile = kernel_times(lambda fn=fn: fn(table, i, data), calls=20)
         except Exception as exc:  # the profiler needs CUPTI on the machine
             print(f"profile {label}: {type(exc).__name__}: {exc}")
             break
