@@ -198,7 +198,8 @@ def concrete_function(target: Target, args: tuple):
 def trace_step(target: Target, args: tuple) -> Trace:
     cf = concrete_function(target, args)
     fg = cf.graph
-    flat_gd, origins = inline_calls(fg.as_graph_def(), fg)
+    graph_def = fg.as_graph_def()
+    flat_gd, origins = inline_calls(graph_def, fg)
 
     # Captured resources: map their placeholders to the variables behind them.
     captured_vars = {id(v.handle): v for v in tfcompat.per_replica_variables(fg.variables)}
@@ -222,7 +223,7 @@ def trace_step(target: Target, args: tuple) -> Trace:
                                 else f"capture:{inn.dtype.name}") for inn in internal})
     scope = Scope(graph, variables)
     resolve = lambda t: var_of_placeholder.get(handle_source(t).op.name, OPAQUE_STATE)  # noqa: E731
-    scratch = scope.add("", flat_gd, origins, roles, resolve)
+    scratch = scope.add("", flat_gd, origins, roles, resolve, fg if flat_gd is graph_def else None)
     jit = tfcompat.jit_compile(target.step)
     scope.enter_bodies("", scratch, origins, resolve)
     graph.add_resource_edges()
@@ -253,14 +254,18 @@ class Scope:
         self.regions: dict[str, Region] = {}
         self.sites: dict = {}  # an op's creation stack -> its (user site, library site)
 
-    def add(self, region: str, flat_gd, origins: dict, roles: dict, resolve) -> Any:
-        """Add the ops of one (flat) GraphDef as `region::name`; the scratch tf.Graph it was imported into.
+    def add(self, region: str, flat_gd, origins: dict, roles: dict, resolve, traced=None) -> Any:
+        """Add the ops of one (flat) GraphDef as `region::name`; the tf.Graph holding them, for output dtypes,
+        shapes and statefulness: `traced`, the graph the GraphDef was written from, where no call was inlined;
+        else a scratch graph it is imported into (at 100k ops the import took about a tenth of the trace).
         `resolve(tensor)` names the variable behind a resource tensor of this scope."""
         import tensorflow as tf
 
-        scratch = tf.Graph()  # imported once, for output dtypes, shapes and statefulness
-        with scratch.as_default():
-            tf.graph_util.import_graph_def(flat_gd, name="")
+        scratch = traced
+        if scratch is None:
+            scratch = tf.Graph()
+            with scratch.as_default():
+                tf.graph_util.import_graph_def(flat_gd, name="")
         graph, nodes = self.graph, {n.name: n for n in flat_gd.node}
         for op in scratch.get_operations():
             user_site, lib_site = _site(origins.get(op.name), self.sites)
@@ -308,7 +313,8 @@ class Scope:
 
     def _enter(self, parent: str, op, suffix: str, fname: str, inner, cond, resolve) -> None:
         rid = f"{op_id(op.name, parent)}/{suffix}"
-        body_gd, body_origins = inline_calls(inner.as_graph_def(), inner)
+        inner_gd = inner.as_graph_def()
+        body_gd, body_origins = inline_calls(inner_gd, inner)
         args = [t.op.name for t in inner.inputs]
         offset = 0 if optypes.loops(op.type) else 1  # an If's input 0 is its predicate, a Case's its index
         index = {a: k for k, a in enumerate(args)}
@@ -319,7 +325,7 @@ class Scope:
             return resolve(op.inputs[k + offset]) if k is not None else OPAQUE_STATE
 
         roles = {a: f"region_arg:{k}" for k, a in enumerate(args)}
-        body_scratch = self.add(rid, body_gd, body_origins, roles, resolve_body)
+        body_scratch = self.add(rid, body_gd, body_origins, roles, resolve_body, inner if body_gd is inner_gd else None)
         me = op_id(op.name, parent)
         self.graph.add_region(rid, kind="loop" if optypes.loops(op.type) else "branch", op=me, parent=parent,
                               args=[op_id(a, rid) for a in args], offset=offset,
