@@ -195,11 +195,18 @@ def concrete_function(target: Target, args: tuple):
                           user_traceback(exc, target.path)) from None
 
 
+def _flatten(graph) -> tuple:
+    """(`graph`'s GraphDef with every call inlined, each node's Origin, the tf.Graph holding exactly those ops:
+    `graph` itself where no call was inlined, else None)."""
+    graph_def = graph.as_graph_def()
+    flat, origins = inline_calls(graph_def, graph)
+    return flat, origins, graph if flat is graph_def else None
+
+
 def trace_step(target: Target, args: tuple) -> Trace:
     cf = concrete_function(target, args)
     fg = cf.graph
-    graph_def = fg.as_graph_def()
-    flat_gd, origins = inline_calls(graph_def, fg)
+    flat_gd, origins, traced = _flatten(fg)
 
     # Captured resources: map their placeholders to the variables behind them.
     captured_vars = {id(v.handle): v for v in tfcompat.per_replica_variables(fg.variables)}
@@ -223,7 +230,7 @@ def trace_step(target: Target, args: tuple) -> Trace:
                                 else f"capture:{inn.dtype.name}") for inn in internal})
     scope = Scope(graph, variables)
     resolve = lambda t: var_of_placeholder.get(handle_source(t).op.name, OPAQUE_STATE)  # noqa: E731
-    scratch = scope.add("", flat_gd, origins, roles, resolve, fg if flat_gd is graph_def else None)
+    scratch = scope.add("", flat_gd, origins, roles, resolve, traced)
     jit = tfcompat.jit_compile(target.step)
     scope.enter_bodies("", scratch, origins, resolve)
     graph.add_resource_edges()
@@ -313,8 +320,7 @@ class Scope:
 
     def _enter(self, parent: str, op, suffix: str, fname: str, inner, cond, resolve) -> None:
         rid = f"{op_id(op.name, parent)}/{suffix}"
-        inner_gd = inner.as_graph_def()
-        body_gd, body_origins = inline_calls(inner_gd, inner)
+        body_gd, body_origins, traced = _flatten(inner)
         args = [t.op.name for t in inner.inputs]
         offset = 0 if optypes.loops(op.type) else 1  # an If's input 0 is its predicate, a Case's its index
         index = {a: k for k, a in enumerate(args)}
@@ -325,7 +331,7 @@ class Scope:
             return resolve(op.inputs[k + offset]) if k is not None else OPAQUE_STATE
 
         roles = {a: f"region_arg:{k}" for k, a in enumerate(args)}
-        body_scratch = self.add(rid, body_gd, body_origins, roles, resolve_body, inner if body_gd is inner_gd else None)
+        body_scratch = self.add(rid, body_gd, body_origins, roles, resolve_body, traced)
         me = op_id(op.name, parent)
         self.graph.add_region(rid, kind="loop" if optypes.loops(op.type) else "branch", op=me, parent=parent,
                               args=[op_id(a, rid) for a in args], offset=offset,
