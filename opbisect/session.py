@@ -159,7 +159,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     taps, skipped = capture.tappable_tensors(trace)
     tapped = set(taps)
     results = [t for t in result_tensors(trace) if t in tapped]
-    pinned = pinned_options(settings.pin_grappler)
+    pinned = pinned_options(settings.pin_grappler and not trace.jit_compile)  # XLA: no grappler to pin
     steps = settings.steps
     if target.form == "fit" and steps == 1:
         steps = target.steps_available  # every step of the fit, unless --steps says fewer
@@ -191,7 +191,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
             speculate = agree.all("speculate", steps == 1 and fit_runs is None
                                   and default_runs.first_differing_step() is None)
             analysed, pinned_runs, choice = _analysis_passes(analyse, pinned_pass, default_runs, pinned, speculate,
-                                                             agree)
+                                                             agree, bool(trace.jit_compile))
             plain = pinned_runs if pinned_runs is not None and choice.config == "pinned" else default_runs
             unsettled = unsettled or facts.unsettled(default_runs, fit_runs, choice,
                                                      facts.observer_effect(plain.at(1), analysed[0][0].instrumented))
@@ -223,7 +223,8 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     return record, files
 
 
-def _analysis_passes(analyse, pinned_pass, default_runs, pinned: dict | None, speculate: bool, agree) -> tuple:
+def _analysis_passes(analyse, pinned_pass, default_runs, pinned: dict | None, speculate: bool, agree,
+                     xla: bool) -> tuple:
     """(analysed, the pinned plain pass or None, the grappler choice).
 
     The pinned plain pass is the baseline of the analysis under pinned grappler. When the uninstrumented step gave
@@ -231,7 +232,8 @@ def _analysis_passes(analyse, pinned_pass, default_runs, pinned: dict | None, sp
     instrumented step gives that same result in every run, neither pinning nor the taps changed anything and the
     pinned pass (its grappler optimization and first call of the whole step) is not needed. Otherwise the pinned
     pass runs, and the analysis runs again under your config where the choice says so. A step that varies gets
-    the pinned pass first, as the choice needs it before any analysis. Under --workers, all skip it or none."""
+    the pinned pass first, as the choice needs it before any analysis. Under --workers, all skip it or none.
+    Under XLA (`xla`) there is no pinned configuration: grappler does not run on a jit-compiled step."""
     if pinned and speculate:
         analysed = analyse(pinned)
         if agree.all("skip the pinned pass",
@@ -246,7 +248,7 @@ def _analysis_passes(analyse, pinned_pass, default_runs, pinned: dict | None, sp
             analysed = analysed if choice.config == "pinned" else again
         return analysed, pinned_runs, choice
     pinned_runs = pinned_pass() if pinned else None
-    choice = facts.grappler_choice(default_runs, pinned_runs)
+    choice = facts.grappler_choice(default_runs, pinned_runs, xla)
     return analyse(pinned if choice.config == "pinned" else None), pinned_runs, choice
 
 

@@ -211,4 +211,7 @@ def test_an_xla_compiled_step_is_analysed_under_xla(run_step):
         """)
     assert t.record.meta.jit_compile and t.record.meta.fingerprint == "wsum"
     assert t.code == 1 and t.sources == ["AssignAddVariableOp"]
+    # grappler does not run on a jit-compiled step: no pinned pass (it would only compile the step again)
+    assert t.record.pinned is None and t.record.facts.grappler.config == "default"
+    assert "XLA" in t.record.facts.grappler.reason
     assert t.row("AssignAddVariableOp")["kind"] == "state"

@@ -59,7 +59,10 @@ PINNED_PASSES = ("constant folding, arithmetic optimization, the memory and depe
                  "second round")  # settings.PINNED_GRAPPLER
 
 
-def grappler_choice(default: Trajectory, pinned: Trajectory | None) -> GrapplerChoice:
+def grappler_choice(default: Trajectory, pinned: Trajectory | None, xla: bool = False) -> GrapplerChoice:
+    if xla:  # checked: TF_CPP_VMODULE=meta_optimizer=1 logs grappler's passes for a tf.function, none with XLA
+        return GrapplerChoice("default", "XLA compiles the step (jit_compile): grappler does not rewrite it, so the "
+                                         "taps cannot move grappler's decisions and there is nothing to pin")
     if pinned is None:
         return GrapplerChoice("default", "--no-pin-grappler: the instrumented step runs under your grappler config")
     default_varies, pinned_varies = not _deterministic(default), not _deterministic(pinned)
