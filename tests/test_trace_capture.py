@@ -131,6 +131,25 @@ def test_instrumented_nested_step_matches_the_plain_step(tmp_path):
     assert len(fps) == len(taps) and full[0] == pytest.approx(4 + 9 + 16)
 
 
+def test_arguments_nested_in_dicts_and_tuples_feed_the_placeholders_tensorflow_feeds(tmp_path):
+    trace, args = traced(tmp_path, """
+        @tf.function
+        def step(batch, scale):
+            return batch["b"][0] * scale - batch["a"] + batch["b"][1]
+
+
+        inputs = ({"b": (tf.constant(2.0), tf.constant(3.0)), "a": tf.constant(5.0)}, tf.constant(7.0))
+        """)
+    from opbisect import tfcompat
+
+    other = ({"a": tf.constant(1.0), "b": (tf.constant(4.0), tf.constant(6.0))}, tf.constant(0.5))
+    for call in (args, args, other):  # the first call checks the layout against TensorFlow's binding; then tf.nest
+        assert trace.flat_args(call) == tfcompat.flat_call_args(trace.concrete, call)
+    assert len(trace.flattens_plainly) == 1
+    python_scale = (other[0], 0.5)  # a Python number in the layout: TensorFlow's binding, always
+    assert tfcompat.tensor_layout(python_scale) is None
+
+
 def test_state_after_each_write_is_read_before_the_next_write(tmp_path):
     trace, args = traced(tmp_path, """
         c = tf.Variable(1.0, name="c")
