@@ -21,7 +21,8 @@ enum CombineType : int { kCombineF32 = 0, kCombineF64 = 1, kCombineF16 = 2, kCom
 // Bytes of device scratch LaunchCombine needs for n keys of rows of d elements.
 size_t CombineScratchBytes(int64_t n, int64_t d, int type);
 
-// Enqueues the combine on `stream` (a cudaStream_t); n >= 1 and n < 2^31. Returns a CUDA error code (0: none).
+// Enqueues the combine on `stream` (a cudaStream_t); n >= 1 and n < 2^31; `scratch` holds the scratch_bytes that
+// CombineScratchBytes gave (the launch does not ask CUB for its share again). Returns a CUDA error code (0: none).
 int LaunchCombine(int type, const int32_t* keys, const void* rows, int64_t n, int64_t d, int32_t pad,
                   int32_t* distinct, void* sums, void* scratch, size_t scratch_bytes, void* stream);
 

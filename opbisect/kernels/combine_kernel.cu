@@ -1,8 +1,9 @@
 // GPU kernels of the deterministic combine and scatter (see combine.h). Six steps, none waiting for the host:
 // the keys (int32; a scatter's dropped keys become the table's row count) and their positions, CUB's stable radix
 // sort of (key, position) (a scatter's over only the bits its keys use), CUB's inclusive sum of the run heads (each
-// position's run number), the run starts (and distinct keys), the segment sums, then the run sums, stored (the
-// combine) or added into the table's rows (the scatter). Integer work is exact, and every float add has a fixed
+// position's run number), the run starts (and distinct keys) with the list of segments that need a sum of their
+// own (those of runs spanning chunks), those segments' sums, then the run sums, stored (the combine) or added into
+// the table's rows (the scatter). Integer work is exact, and every float add has a fixed
 // place in a fixed order, so the bits do not depend on scheduling.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -38,9 +39,12 @@ template <typename T> struct AccOf { using type = T; };
 template <> struct AccOf<__half> { using type = float; };
 template <> struct AccOf<__nv_bfloat16> { using type = float; };
 
-// keys32[i]: keys[i], or `limit` where `limit` >= 0 and the key is outside [0, limit); positions[i] = i.
+// keys32[i]: keys[i], or `limit` where `limit` >= 0 and the key is outside [0, limit); positions[i] = i; the
+// count of Mark's work list set to zero.
 template <typename K>
-__global__ void Start(const K* keys, int64_t n, int64_t limit, int32_t* keys32, int32_t* positions) {
+__global__ void Start(const K* keys, int64_t n, int64_t limit, int32_t* keys32, int32_t* positions,
+                      int32_t* work_count) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *work_count = 0;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t key = keys[i];
     keys32[i] = static_cast<int32_t>(limit < 0 || (key >= 0 && key < limit) ? key : limit);
@@ -62,10 +66,21 @@ struct HeadFlag {  // the scan's input, computed as it reads (no kernel, no buff
   }
 };
 
-// starts[r] for each run r, and (when `distinct` is given) distinct[r], every slot past the last run getting `pad`.
-// runs[i] is the 1-based run of sorted position i, so runs[n - 1] is the number of runs.
+// Sorted position p starts a segment whose rows SumSegments must add: a segment of a run that spans chunks. Either
+// a run that began in an earlier chunk goes on at this chunk's start, or a run begins here and goes on past the
+// chunk's end. (A run inside one chunk is summed by the last kernel.)
+__device__ __forceinline__ bool NeedsSegmentSum(const int32_t* sorted, int64_t p, int64_t n) {
+  if (!IsHead(sorted, p)) return p % kCombineChunk == 0;
+  const int64_t next_chunk = (p / kCombineChunk + 1) * kCombineChunk;
+  return next_chunk < n && sorted[next_chunk] == sorted[p];
+}
+
+// starts[r] for each run r, and (when `distinct` is given) distinct[r], every slot past the last run getting `pad`;
+// each segment start SumSegments must sum appended to `work` (in any order: the list only hands out work, and each
+// segment's sum is written to its own slot by the same adds whoever does them). runs[i] is the 1-based run of
+// sorted position i, so runs[n - 1] is the number of runs.
 __global__ void Mark(const int32_t* sorted, const int32_t* runs, int64_t n, int32_t pad, int32_t* distinct,
-                     int32_t* starts) {
+                     int32_t* starts, int32_t* work, int32_t* work_count) {
   const int64_t total = runs[n - 1];
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     if (distinct != nullptr && i >= total) distinct[i] = pad;
@@ -73,6 +88,7 @@ __global__ void Mark(const int32_t* sorted, const int32_t* runs, int64_t n, int3
       if (distinct != nullptr) distinct[runs[i] - 1] = sorted[i];
       starts[runs[i] - 1] = static_cast<int32_t>(i);
     }
+    if (NeedsSegmentSum(sorted, i, n)) work[atomicAdd(work_count, 1)] = static_cast<int32_t>(i);
   }
 }
 
@@ -103,18 +119,18 @@ __device__ __forceinline__ A SumRows(const T* rows, const int32_t* perm, int64_t
   return acc;
 }
 
-// One thread row (threadIdx.y) per sorted position p; the threads of a row share the columns. A position that
-// starts a segment (a new key, or a multiple of kCombineChunk) adds its segment's rows in order into part[p];
-// a run inside one chunk is left to the last kernel, which adds its rows itself (its sum is its one segment's).
+// One thread row (threadIdx.y) per segment on Mark's work list, its rows added in order into part[p] (p: the
+// segment's first sorted position), the threads of a row sharing the columns. A grid for the longest possible
+// list (two segments a chunk), each row striding over it: the list is short, so most rows have nothing to do.
 template <typename T, typename A>
-__global__ void SumSegments(const T* rows, const int32_t* perm, const int32_t* sorted, const int32_t* runs,
-                            const int32_t* starts, int64_t n, int64_t d, A* part) {
-  const int64_t p = blockIdx.x * int64_t{blockDim.y} + threadIdx.y;
-  if (p >= n || (p % kCombineChunk != 0 && !IsHead(sorted, p))) return;
-  const int64_t run = runs[p] - 1, run_end = RunEnd(starts, run, runs[n - 1], n);
-  if (OneChunk(starts[run], run_end)) return;
-  const int64_t end = min(run_end, (p / kCombineChunk + 1) * kCombineChunk);
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) part[p * d + c] = SumRows<T, A>(rows, perm, p, end, d, c);
+__global__ void SumSegments(const T* rows, const int32_t* perm, const int32_t* runs, const int32_t* starts,
+                            const int32_t* work, const int32_t* work_count, int64_t n, int64_t d, A* part) {
+  const int64_t total = runs[n - 1], items = *work_count;
+  for (int64_t w = blockIdx.x * int64_t{blockDim.y} + threadIdx.y; w < items; w += int64_t{gridDim.x} * blockDim.y) {
+    const int64_t p = work[w];
+    const int64_t end = min(RunEnd(starts, runs[p] - 1, total, n), (p / kCombineChunk + 1) * kCombineChunk);
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) part[p * d + c] = SumRows<T, A>(rows, perm, p, end, d, c);
+  }
 }
 
 // Run r's sum, column c: its segment sums (at its start, then at each chunk boundary inside it) added in order
@@ -139,31 +155,34 @@ __device__ __forceinline__ A RunSum(const T* rows, const int32_t* perm, const A*
   return acc;
 }
 
-// One thread row per run r: its sum stored; the slots past the last run get zeros.
+// Each thread row strides over the runs r (a grid sized to the GPU, not to n: most of n's slots may be past the
+// last run): its sum stored; the slots past the last run get zeros.
 template <typename T, typename A>
 __global__ void SumRuns(const T* rows, const int32_t* perm, const A* part, const int32_t* runs,
                         const int32_t* starts, int64_t n, int64_t d, T* sums) {
-  const int64_t r = blockIdx.x * int64_t{blockDim.y} + threadIdx.y;
-  if (r >= n) return;
   const int64_t total = runs[n - 1];
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-    sums[r * d + c] = FromAcc<T, A>(r < total ? RunSum<T, A>(rows, perm, part, starts, r, total, n, d, c) : A(0));
+  for (int64_t r = blockIdx.x * int64_t{blockDim.y} + threadIdx.y; r < n; r += int64_t{gridDim.x} * blockDim.y) {
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+      sums[r * d + c] = FromAcc<T, A>(r < total ? RunSum<T, A>(rows, perm, part, starts, r, total, n, d, c) : A(0));
+  }
 }
 
-// One thread row per run r: its sum, rounded to T, added into (or taken from) its key's row of the table, in T's
-// arithmetic, as TensorFlow adds two tensors of T. The dropped keys' run (key table_rows) writes nothing.
+// Each thread row strides over the runs r: its sum, rounded to T, added into (or taken from) its key's row of the
+// table, in T's arithmetic, as TensorFlow adds two tensors of T. The dropped keys' run (key table_rows) writes
+// nothing.
 template <typename T, typename A>
 __global__ void AddRuns(const T* rows, const int32_t* perm, const A* part, const int32_t* sorted,
                         const int32_t* runs, const int32_t* starts, int64_t n, int64_t d, int64_t table_rows,
                         bool subtract, T* table) {
-  const int64_t r = blockIdx.x * int64_t{blockDim.y} + threadIdx.y;
-  if (r >= n || r >= runs[n - 1]) return;
-  const int64_t key = sorted[starts[r]];
-  if (key >= table_rows) return;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    const A sum = ToAcc(FromAcc<T, A>(RunSum<T, A>(rows, perm, part, starts, r, runs[n - 1], n, d, c)));
-    const A old = ToAcc(table[key * d + c]);
-    table[key * d + c] = FromAcc<T, A>(subtract ? old - sum : old + sum);
+  const int64_t total = runs[n - 1];
+  for (int64_t r = blockIdx.x * int64_t{blockDim.y} + threadIdx.y; r < total; r += int64_t{gridDim.x} * blockDim.y) {
+    const int64_t key = sorted[starts[r]];
+    if (key >= table_rows) continue;
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+      const A sum = ToAcc(FromAcc<T, A>(RunSum<T, A>(rows, perm, part, starts, r, total, n, d, c)));
+      const A old = ToAcc(table[key * d + c]);
+      table[key * d + c] = FromAcc<T, A>(subtract ? old - sum : old + sum);
+    }
   }
 }
 
@@ -184,6 +203,7 @@ size_t Aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 struct Scratch {
   int32_t *keys, *sorted, *perm_in, *perm, *runs, *starts;
+  int32_t *work, *work_count;  // Mark's list of the segments SumSegments sums, and its length
   void* part;
   void* cub;
   size_t cub_bytes;
@@ -201,9 +221,17 @@ size_t CubBytes(int64_t n) {
   return sort_bytes > scan_bytes ? sort_bytes : scan_bytes;
 }
 
-Scratch Carve(void* base, int64_t n, int64_t d, int type) {
+// The scratch besides CUB's: six int32 buffers of n (keys, sorted keys, two permutations, runs, starts), the work
+// list and its count, and the segment sums.
+size_t FixedBytes(int64_t n, int64_t d, int type) {
+  return 7 * Aligned(n * sizeof(int32_t)) + Aligned(sizeof(int32_t)) + Aligned(n * d * AccSize(type));
+}
+
+// `bytes`: what CombineScratchBytes gave, whose rest after FixedBytes is CUB's (its size queries are not repeated
+// on every call: each asks the driver about the device; CUB itself refuses too little).
+Scratch Carve(void* base, size_t bytes, int64_t n, int64_t d, int type) {
   char* at = static_cast<char*>(base);
-  auto take = [&](size_t bytes) { void* p = at; at += Aligned(bytes); return p; };
+  auto take = [&](size_t size) { void* p = at; at += Aligned(size); return p; };
   Scratch s;
   s.keys = static_cast<int32_t*>(take(n * sizeof(int32_t)));
   s.sorted = static_cast<int32_t*>(take(n * sizeof(int32_t)));
@@ -211,9 +239,11 @@ Scratch Carve(void* base, int64_t n, int64_t d, int type) {
   s.perm = static_cast<int32_t*>(take(n * sizeof(int32_t)));
   s.runs = static_cast<int32_t*>(take(n * sizeof(int32_t)));
   s.starts = static_cast<int32_t*>(take(n * sizeof(int32_t)));
+  s.work = static_cast<int32_t*>(take(n * sizeof(int32_t)));
+  s.work_count = static_cast<int32_t*>(take(sizeof(int32_t)));
   s.part = take(n * d * AccSize(type));
-  s.cub_bytes = CubBytes(n);
-  s.cub = take(s.cub_bytes);
+  s.cub_bytes = bytes - FixedBytes(n, d, type);
+  s.cub = at;
   return s;
 }
 
@@ -230,7 +260,7 @@ template <typename K>
 cudaError_t Order(const Scratch& s, const K* keys, int64_t n, int64_t limit, int32_t pad, int32_t* distinct,
                   cudaStream_t stream) {
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
-  Start<K><<<grid, kThreads, 0, stream>>>(keys, n, limit, s.keys, s.perm_in);
+  Start<K><<<grid, kThreads, 0, stream>>>(keys, n, limit, s.keys, s.perm_in, s.work_count);
   size_t cub_bytes = s.cub_bytes;
   // Keys in [0, 2^bits): their two's-complement low bits order them (CUB flips only the sign bit of an int).
   cudaError_t err = cub::DeviceRadixSort::SortPairs(s.cub, cub_bytes, s.keys, s.sorted, s.perm_in, s.perm,
@@ -239,9 +269,13 @@ cudaError_t Order(const Scratch& s, const K* keys, int64_t n, int64_t limit, int
   cub_bytes = s.cub_bytes;
   err = cub::DeviceScan::InclusiveSum(s.cub, cub_bytes, HeadFlags(s.sorted), s.runs, static_cast<int>(n), stream);
   if (err != cudaSuccess) return err;
-  Mark<<<grid, kThreads, 0, stream>>>(s.sorted, s.runs, n, pad, distinct, s.starts);
+  Mark<<<grid, kThreads, 0, stream>>>(s.sorted, s.runs, n, pad, distinct, s.starts, s.work, s.work_count);
   return cudaGetLastError();
 }
+
+// Blocks for thread rows that stride over the runs: enough to fill the GPU (a few blocks per multiprocessor), not
+// one row per key, since most keys may share a run and their blocks would only start and return.
+constexpr int64_t kMaxRunBlocks = 2048;
 
 // The last two stages: the segment sums, then each run's sum stored into `sums` or, when `table` is given, added
 // into the table.
@@ -250,15 +284,18 @@ int SumAll(const Scratch& s, const void* rows, int64_t n, int64_t d, void* sums,
            void* table, cudaStream_t stream) {
   using A = typename AccOf<T>::type;
   const dim3 block = Block(d);
-  const unsigned grid = static_cast<unsigned>((n + block.y - 1) / block.y);
+  const int64_t most_segments = 2 * ((n + kCombineChunk - 1) / kCombineChunk);  // NeedsSegmentSum: two a chunk
+  const unsigned segment_grid = static_cast<unsigned>((most_segments + block.y - 1) / block.y);
+  const unsigned run_grid = static_cast<unsigned>(std::min<int64_t>((n + block.y - 1) / block.y, kMaxRunBlocks));
   A* part = static_cast<A*>(s.part);
   const T* in = static_cast<const T*>(rows);
-  SumSegments<T, A><<<grid, block, 0, stream>>>(in, s.perm, s.sorted, s.runs, s.starts, n, d, part);
+  SumSegments<T, A><<<segment_grid, block, 0, stream>>>(in, s.perm, s.runs, s.starts, s.work, s.work_count, n, d,
+                                                        part);
   if (table == nullptr)
-    SumRuns<T, A><<<grid, block, 0, stream>>>(in, s.perm, part, s.runs, s.starts, n, d, static_cast<T*>(sums));
+    SumRuns<T, A><<<run_grid, block, 0, stream>>>(in, s.perm, part, s.runs, s.starts, n, d, static_cast<T*>(sums));
   else
-    AddRuns<T, A><<<grid, block, 0, stream>>>(in, s.perm, part, s.sorted, s.runs, s.starts, n, d, table_rows,
-                                              subtract, static_cast<T*>(table));
+    AddRuns<T, A><<<run_grid, block, 0, stream>>>(in, s.perm, part, s.sorted, s.runs, s.starts, n, d, table_rows,
+                                                  subtract, static_cast<T*>(table));
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -274,17 +311,15 @@ int SumTyped(int type, const Scratch& s, const void* rows, int64_t n, int64_t d,
 
 }  // namespace
 
-size_t CombineScratchBytes(int64_t n, int64_t d, int type) {
-  return 6 * Aligned(n * sizeof(int32_t)) + Aligned(n * d * AccSize(type)) + Aligned(CubBytes(n));
-}
+size_t CombineScratchBytes(int64_t n, int64_t d, int type) { return FixedBytes(n, d, type) + Aligned(CubBytes(n)); }
 
 size_t ScatterCombineScratchBytes(int64_t n, int64_t d, int type) { return CombineScratchBytes(n, d, type); }
 
 int LaunchCombine(int type, const int32_t* keys, const void* rows, int64_t n, int64_t d, int32_t pad,
                   int32_t* distinct, void* sums, void* scratch, size_t scratch_bytes, void* raw_stream) {
-  if (scratch_bytes < CombineScratchBytes(n, d, type)) return static_cast<int>(cudaErrorInvalidValue);
+  if (scratch_bytes <= FixedBytes(n, d, type)) return static_cast<int>(cudaErrorInvalidValue);
   cudaStream_t stream = static_cast<cudaStream_t>(raw_stream);
-  const Scratch s = Carve(scratch, n, d, type);
+  const Scratch s = Carve(scratch, scratch_bytes, n, d, type);
   const cudaError_t err = Order(s, keys, n, -1, pad, distinct, stream);
   if (err != cudaSuccess) return static_cast<int>(err);
   return SumTyped(type, s, rows, n, d, sums, 0, false, nullptr, stream);
@@ -293,9 +328,9 @@ int LaunchCombine(int type, const int32_t* keys, const void* rows, int64_t n, in
 int LaunchScatterCombine(int type, bool subtract, const void* keys, bool keys64, const void* rows, int64_t n,
                          int64_t d, int64_t table_rows, void* table, void* scratch, size_t scratch_bytes,
                          void* raw_stream) {
-  if (scratch_bytes < ScatterCombineScratchBytes(n, d, type)) return static_cast<int>(cudaErrorInvalidValue);
+  if (scratch_bytes <= FixedBytes(n, d, type)) return static_cast<int>(cudaErrorInvalidValue);
   cudaStream_t stream = static_cast<cudaStream_t>(raw_stream);
-  const Scratch s = Carve(scratch, n, d, type);
+  const Scratch s = Carve(scratch, scratch_bytes, n, d, type);
   const cudaError_t err = keys64 ? Order(s, static_cast<const int64_t*>(keys), n, table_rows, -1, nullptr, stream)
                                  : Order(s, static_cast<const int32_t*>(keys), n, table_rows, -1, nullptr, stream);
   if (err != cudaSuccess) return static_cast<int>(err);

@@ -227,6 +227,22 @@ template <> constexpr int kType<double> = kCombineF64;
 template <> constexpr int kType<Eigen::half> = kCombineF16;
 template <> constexpr int kType<Eigen::bfloat16> = kCombineBF16;
 
+// What both GPU kernels take from TensorFlow: the op's CUDA stream, device scratch, and a CUDA error as a status.
+absl::Status GpuStream(tf::OpKernelContext* c, const char* op, void** stream) {
+  auto* s = c->op_device_context()->stream();
+  if (s == nullptr) return tf::errors::Internal(op, ": no GPU stream");
+  *stream = s->platform_specific_handle().stream;
+  return absl::OkStatus();
+}
+
+absl::Status GpuScratch(tf::OpKernelContext* c, size_t bytes, tf::Tensor* scratch) {
+  return c->allocate_temp(tf::DT_INT8, tf::TensorShape({static_cast<int64_t>(bytes)}), scratch);
+}
+
+absl::Status CudaStatus(const char* op, int err) {
+  return err == 0 ? absl::OkStatus() : tf::errors::Internal(op, ": CUDA error ", err);
+}
+
 template <typename T>
 class CombineGpu : public tf::OpKernel {
  public:
@@ -237,16 +253,15 @@ class CombineGpu : public tf::OpKernel {
     tf::Tensor *distinct, *sums;
     OP_REQUIRES_OK(c, Prepare(c, &n, &d, &pad, &distinct, &sums));
     if (n == 0) return;
-    auto* stream = c->op_device_context()->stream();
-    OP_REQUIRES(c, stream != nullptr, tf::errors::Internal("OpbisectCombine: no GPU stream"));
+    void* stream;
+    OP_REQUIRES_OK(c, GpuStream(c, "OpbisectCombine", &stream));
     const size_t bytes = CombineScratchBytes(n, d, kType<T>);
     tf::Tensor scratch;
-    OP_REQUIRES_OK(c, c->allocate_temp(tf::DT_INT8, tf::TensorShape({static_cast<int64_t>(bytes)}), &scratch));
-    const int err = LaunchCombine(kType<T>, c->input(0).flat<int32_t>().data(), c->input(1).tensor_data().data(),
-                                  n, d, pad, distinct->flat<int32_t>().data(),
-                                  const_cast<char*>(sums->tensor_data().data()), scratch.flat<int8_t>().data(),
-                                  bytes, stream->platform_specific_handle().stream);
-    OP_REQUIRES(c, err == 0, tf::errors::Internal("OpbisectCombine: CUDA error ", err));
+    OP_REQUIRES_OK(c, GpuScratch(c, bytes, &scratch));
+    OP_REQUIRES_OK(c, CudaStatus("OpbisectCombine", LaunchCombine(
+        kType<T>, c->input(0).flat<int32_t>().data(), c->input(1).tensor_data().data(), n, d, pad,
+        distinct->flat<int32_t>().data(), const_cast<char*>(sums->tensor_data().data()),
+        scratch.flat<int8_t>().data(), bytes, stream)));
   }
 };
 
@@ -265,34 +280,28 @@ class ScatterGpu : public ScatterBase {
   using ScatterBase::ScatterBase;
 
  protected:
-  static absl::Status Stream(tf::OpKernelContext* c, void** stream) {
-    auto* s = c->op_device_context()->stream();
-    if (s == nullptr) return tf::errors::Internal("OpbisectScatterCombine: no GPU stream");
-    *stream = s->platform_specific_handle().stream;
-    return absl::OkStatus();
-  }
-
   absl::Status Copy(tf::OpKernelContext* c, const tf::Tensor& from, tf::Tensor* to) override {
     void* stream;
-    TF_RETURN_IF_ERROR(Stream(c, &stream));
-    const int err = LaunchCopy(const_cast<char*>(to->tensor_data().data()), from.tensor_data().data(),
-                               from.TotalBytes(), stream);
-    return err == 0 ? absl::OkStatus() : tf::errors::Internal("OpbisectScatterCombine: CUDA error ", err);
+    TF_RETURN_IF_ERROR(GpuStream(c, kScatterOp, &stream));
+    return CudaStatus(kScatterOp, LaunchCopy(const_cast<char*>(to->tensor_data().data()), from.tensor_data().data(),
+                                             from.TotalBytes(), stream));
   }
 
   absl::Status Update(tf::OpKernelContext* c, const tf::Tensor& keys, const tf::Tensor& rows, int64_t n, int64_t d,
                       int64_t table_rows, tf::Tensor* table) override {
     void* stream;
-    TF_RETURN_IF_ERROR(Stream(c, &stream));
+    TF_RETURN_IF_ERROR(GpuStream(c, kScatterOp, &stream));
     const size_t bytes = ScatterCombineScratchBytes(n, d, kType<T>);
     tf::Tensor scratch;
-    TF_RETURN_IF_ERROR(c->allocate_temp(tf::DT_INT8, tf::TensorShape({static_cast<int64_t>(bytes)}), &scratch));
-    const int err = LaunchScatterCombine(kType<T>, subtract_, keys.tensor_data().data(),
-                                         keys.dtype() == tf::DT_INT64, rows.tensor_data().data(), n, d, table_rows,
-                                         const_cast<char*>(table->tensor_data().data()),
-                                         scratch.flat<int8_t>().data(), bytes, stream);
-    return err == 0 ? absl::OkStatus() : tf::errors::Internal("OpbisectScatterCombine: CUDA error ", err);
+    TF_RETURN_IF_ERROR(GpuScratch(c, bytes, &scratch));
+    return CudaStatus(kScatterOp, LaunchScatterCombine(
+        kType<T>, subtract_, keys.tensor_data().data(), keys.dtype() == tf::DT_INT64, rows.tensor_data().data(), n,
+        d, table_rows, const_cast<char*>(table->tensor_data().data()), scratch.flat<int8_t>().data(), bytes,
+        stream));
   }
+
+ private:
+  static constexpr const char* kScatterOp = "OpbisectScatterCombine";
 };
 
 #define OPBISECT_SCATTER_GPU(T)                                                                                 \
