@@ -191,6 +191,15 @@ def model_strategy(model):
     return strategy
 
 
+def workers_in(strategy) -> int:
+    """How many workers a MultiWorkerMirroredStrategy spans (1 for any other strategy, or one worker)."""
+    import tensorflow as tf
+
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return 1
+    return strategy.extended._num_workers if strategy.extended._in_multi_worker_mode() else 1
+
+
 def limit_mirrored_strategies(replicas: int) -> None:
     """From now on, every MirroredStrategy this process makes runs on at most its first `replicas` devices, however
     the script names them (a list, or none: every GPU). The limit sits on the strategy's own device set-up, which

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import tfcompat
-from ..errors import TargetError, Terminated, UsageError
+from ..errors import CannotTest, TargetError, Terminated, UsageError
 
 
 @dataclasses.dataclass
@@ -214,6 +214,16 @@ def _keras_step(model, batch: tuple, path: Path):
     if getattr(model, "optimizer", None) is None:
         raise TargetError(f"{path}: `model` is not compiled: call model.compile(optimizer=..., loss=...) first")
     strategy = tfcompat.model_strategy(model)
+    workers = tfcompat.workers_in(strategy)
+    if workers > 1:
+        import keras
+
+        raise CannotTest(f"Keras {keras.__version__} cannot train `model` under MultiWorkerMirroredStrategy with "
+                         f"{workers} workers: model.fit reduces a per-replica value eagerly before its first step, "
+                         f"and its train function reduces each scalar metric along axis 0, both of which raise "
+                         f"(tensorflow/tensorflow#72388). opbisect analyses what fit runs, and fit cannot run. "
+                         f"Give opbisect a tf.function `step` that calls strategy.run (the step form): --workers "
+                         f"runs it in every worker")
 
     def train_step(*data_batch):
         if strategy is None:
