@@ -150,6 +150,27 @@ def test_arguments_nested_in_dicts_and_tuples_feed_the_placeholders_tensorflow_f
     assert tfcompat.tensor_layout(python_scale) is None
 
 
+def test_under_xla_the_taps_digested_together_after_the_import_are_each_taps_own_digest(tmp_path):
+    import dataclasses
+
+    trace, args = traced(tmp_path, NESTED.replace("@tf.function\ndef step", "@tf.function(jit_compile=True)\ndef step"))
+    assert trace.jit_compile
+    v, start = trace.variables["v"], trace.variables["v"].numpy().copy()
+    taps, _ = capture.tappable_tensors(trace)
+    fp = fingerprint.WeightedSumFingerprinter()
+    grouped = capture.build(trace, taps, fp)
+    stamped = capture.build(dataclasses.replace(trace, jit_compile=False), taps, fp)  # a digest node per tap
+    digests = []
+    for inst in (grouped, stamped):
+        v.assign(start)
+        digests.append(inst(args)[0].tolist())
+    assert len(digests[0]) == len(taps) > 5 and digests[0] == digests[1]
+    nodes = [[n.name for n in inst.fn.get_concrete_function(*trace.arg_specs()).graph.as_graph_def().node]
+             for inst in (grouped, stamped)]
+    stamped_here = [sum(f"{capture.PREFIX}/tap/" in name for name in names) for names in nodes]
+    assert stamped_here[0] == 0 and stamped_here[1] >= len(taps)  # grouped: no digest node stamped next to a tap
+
+
 def test_state_after_each_write_is_read_before_the_next_write(tmp_path):
     trace, args = traced(tmp_path, """
         c = tf.Variable(1.0, name="c")
@@ -231,6 +252,24 @@ def test_any_number_of_taps_packs_into_one_vector_in_tap_order(tmp_path, n):
     one = tf.function(lambda ts: fp.many(list(ts)))
     expected = one([tf.constant(a) for a in full]).numpy() if n else np.zeros(0, np.int64)
     assert fps.shape == (n,) and np.array_equal(fps, expected)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+def test_weighted_sums_grouped_by_size_are_each_tensors_own_digest(jit):
+    fp = fingerprint.WeightedSumFingerprinter()
+    rng = np.random.default_rng(3)
+    tensors = [tf.constant(rng.standard_normal((4, 8)).astype(np.float32)) for _ in range(3)] + [
+        tf.constant(rng.integers(-9, 9, 32), tf.int32), tf.constant(rng.standard_normal(32).astype(np.float32)),
+        tf.constant(rng.standard_normal((4, 8)).astype(np.float16)), tf.constant(rng.random((4, 8)) > 0.5),
+        tf.zeros([0, 3]), tf.constant(rng.standard_normal((2, 16)))]
+    one = tf.function(fp.one, jit_compile=jit)
+    each = [int(one(t)) for t in tensors]
+    assert len(set(each)) == len(tensors)
+    assert tf.function(lambda ts: fp.many(list(ts)), jit_compile=jit)(tensors).numpy().tolist() == each
+    # a tensor whose size is known only when it runs keeps a reduction of its own
+    mixed = tf.function(lambda a, b, c: fp.many([a, b, c]), input_signature=[
+        tf.TensorSpec([None], tf.float32), tf.TensorSpec([32], tf.float32), tf.TensorSpec([32], tf.int32)])
+    assert mixed(tensors[4], tensors[4], tensors[3]).numpy().tolist() == [each[4], each[4], each[3]]
 
 
 def test_fused_op_computes_the_weighted_sum_definition_on_every_dtype():

@@ -282,16 +282,18 @@ def digest_vector(b: _GraphDefBuilder, graph, specs: list[tuple[str, str]], fing
 
 
 def instrumented_graph_def(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = (),
-                           descend: bool = True):
+                           descend: bool = True, grouped: bool = False):
     """(the builder holding the GraphDef, fingerprint vector spec, specs of the `full` tensors, layout of the vector
     or None, {region: spec of its digest matrix}). `descend`: rebuild the entered loop and branch bodies with
-    taps of their own."""
+    taps of their own. `grouped`: no digest nodes for the top level's taps; the specs of the tapped tensors
+    themselves stand for the vector, for `fingerprinter.many` to digest after the import."""
     from .regions import empty_matrices, rewrite_control_flow
 
     graph = trace.graph
     b = _GraphDefBuilder(trace.graph_def)
     spec = tap_specs(b, graph, "", taps)
-    fps, layout = digest_vector(b, graph, [(spec(t), graph.dtype(t)) for t in taps], fingerprinter)
+    specs = [(spec(t), graph.dtype(t)) for t in taps]
+    fps, layout = ([s for s, _ in specs], None) if grouped else digest_vector(b, graph, specs, fingerprinter)
     regions = rewrite_control_flow(b, trace, "", fingerprinter, *empty_matrices(b, trace)) if descend else {}
     return b, fps, [spec(t) for t in full], layout, regions
 
@@ -360,15 +362,21 @@ def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: lis
           descend: bool = True) -> Instrumented:
     import tensorflow as tf
 
-    b, fps_spec, full_specs, layout, region_specs = instrumented_graph_def(trace, taps, fingerprinter, full, descend)
+    # Under XLA the weighted sums are made after the import, grouped by size (`many`): a digest node per tap
+    # compiles a reduction per tap (2000 taps of a small BERT-like step: most of the op analysis on a CPU).
+    grouped = bool(trace.jit_compile) and not fingerprinter.fused
+    b, fps_spec, full_specs, layout, region_specs = instrumented_graph_def(trace, taps, fingerprinter, full, descend,
+                                                                           grouped)
     regions = list(region_specs)
-    wanted = [fps_spec] + list(trace.output_names) + full_specs + [region_specs[r] for r in regions]
+    tapped = fps_spec if grouped else [fps_spec]
+    wanted = tapped + list(trace.output_names) + full_specs + [region_specs[r] for r in regions]
     importer = step_importer(trace, b.gd, b.register, wanted)
-    n, m = len(trace.output_names), len(full_specs)
+    k, n, m = len(tapped), len(trace.output_names), len(full_specs)
 
     def body(*feeds):
         got = importer(*feeds)
-        return got[0], got[1:1 + n], got[1 + n:1 + n + m], got[1 + n + m:]
+        fps = fingerprinter.many(got[:k]) if grouped else got[0]
+        return fps, got[k:k + n], got[k + n:k + n + m], got[k + n + m:]
 
     fn = tf.function(body, autograph=False, jit_compile=trace.jit_compile)
     return Instrumented(taps=list(taps), full=list(full), fn=fn, trace=trace, regions=regions,
