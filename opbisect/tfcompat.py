@@ -21,36 +21,6 @@ def flat_call_args(concrete, args: tuple) -> list:
     return list(concrete.function_type.unpack_inputs(bound))
 
 
-def tensor_layout(value):
-    """A hashable description of nested tuples, lists and dicts of tensors (their types, keys and lengths), or
-    None where anything else is inside."""
-    import tensorflow as tf
-
-    if isinstance(value, tf.Tensor):
-        return "T"
-    if isinstance(value, (tuple, list)):
-        inner = tuple(tensor_layout(v) for v in value)
-        return None if None in inner else (type(value).__name__, inner)
-    if isinstance(value, dict):
-        try:
-            keys = sorted(value)
-        except TypeError:
-            return None
-        inner = tuple(tensor_layout(value[k]) for k in keys)
-        return None if None in inner else ("dict", tuple(keys), inner)
-    return None
-
-
-def flatten_tensors(value) -> list:
-    import tensorflow as tf
-
-    return tf.nest.flatten(value)
-
-
-def same_tensors(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
-
-
 def internal_captures(func_graph) -> list:
     """The placeholders inside a FuncGraph that its captured values feed, in the order of the concrete function's
     `captured_inputs`: captured by value, then those fed at call time (MirroredStrategy captures some that way)."""

@@ -14,7 +14,7 @@ from opbisect.capture import taps as capture
 from opbisect.errors import GraphCheckError
 from opbisect.ir.graph import OpGraph
 from opbisect.targets.loader import load_target
-from opbisect.trace.trace import pick_sites, trace_step
+from opbisect.trace.trace import pick_sites, tensor_layout, trace_step
 
 from conftest import write_script
 
@@ -147,7 +147,7 @@ def test_arguments_nested_in_dicts_and_tuples_feed_the_placeholders_tensorflow_f
         assert trace.flat_args(call) == tfcompat.flat_call_args(trace.concrete, call)
     assert len(trace.flattens_plainly) == 1
     python_scale = (other[0], 0.5)  # a Python number in the layout: TensorFlow's binding, always
-    assert tfcompat.tensor_layout(python_scale) is None
+    assert tensor_layout(python_scale) is None
 
 
 def test_under_xla_the_taps_digested_together_after_the_import_are_each_taps_own_digest(tmp_path):

@@ -80,13 +80,37 @@ class Trace:
         the patched and the instrumented step (and again inside the call). Arguments nested in tuples, lists and
         dicts of tensors are flattened by tf.nest in microseconds once their layout has given, on its first
         call, exactly the tensors TensorFlow's binding gives."""
-        layout = tfcompat.tensor_layout(args)
+        import tensorflow as tf
+
+        layout = tensor_layout(args)
         if layout is not None and layout in self.flattens_plainly:
-            return tfcompat.flatten_tensors(args)
+            return tf.nest.flatten(args)
         flat = tfcompat.flat_call_args(self.concrete, args)
-        if layout is not None and tfcompat.same_tensors(flat, tfcompat.flatten_tensors(args)):
-            self.flattens_plainly.add(layout)
+        if layout is not None:
+            plain = tf.nest.flatten(args)
+            if len(flat) == len(plain) and all(a is b for a, b in zip(flat, plain)):
+                self.flattens_plainly.add(layout)
         return flat
+
+
+def tensor_layout(value):
+    """A hashable description of nested tuples, lists and dicts of tensors (their types, keys and lengths), or
+    None where anything else is inside."""
+    import tensorflow as tf
+
+    if isinstance(value, tf.Tensor):
+        return "T"
+    if isinstance(value, (tuple, list)):
+        inner = tuple(tensor_layout(v) for v in value)
+        return None if None in inner else (type(value).__name__, inner)
+    if isinstance(value, dict):
+        try:
+            keys = sorted(value)
+        except TypeError:
+            return None
+        inner = tuple(tensor_layout(value[k]) for k in keys)
+        return None if None in inner else ("dict", tuple(keys), inner)
+    return None
 
 
 def _site(origin: Origin | None, seen: dict) -> tuple[str, str]:
