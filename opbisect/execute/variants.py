@@ -42,20 +42,25 @@ class Measured:
         return round(1000 * statistics.median(self.samples), 4) if self.samples else None
 
 
+def _timed(call: Callable, args: tuple) -> tuple:
+    """(call(*args)'s outputs, its seconds from a start with every device idle until every device is done)."""
+    import tensorflow as tf
+
+    tf.test.experimental.sync_devices()
+    start = time.perf_counter()
+    outputs = call(*args)
+    tf.test.experimental.sync_devices()
+    return outputs, time.perf_counter() - start
+
+
 def time_steps(calls: list[Callable], args: tuple, restore: Callable, steps: int) -> list[list[float]]:
     """Seconds per step of each call, `steps` times, the calls in turn, each from `restore()` (not timed). Each
     call has run before (`measure`): nothing here traces or compiles."""
-    import tensorflow as tf
-
     times: list[list[float]] = [[] for _ in calls]
     for _ in range(steps):
         for call, out in zip(calls, times):
             restore()
-            tf.test.experimental.sync_devices()
-            start = time.perf_counter()
-            tf.nest.map_structure(lambda t: t, call(*args))
-            tf.test.experimental.sync_devices()
-            out.append(time.perf_counter() - start)
+            out.append(_timed(call, args)[1])
     return times
 
 
@@ -99,11 +104,8 @@ def measure(call: Callable, args: tuple, restore: Callable, fingerprint: Callabl
         tf.test.experimental.sync_devices()
         for _ in range(runs):
             restore()
-            tf.test.experimental.sync_devices()
-            start = time.perf_counter()
-            outputs = call(*args)
-            tf.test.experimental.sync_devices()
-            out.times.append(time.perf_counter() - start)
+            outputs, seconds = _timed(call, args)
+            out.times.append(seconds)
             out.results.append(fingerprint(outputs))
             values = values_after(outputs, variables)
             if not out.first:
