@@ -132,3 +132,39 @@ def test_the_scatter_refuses_rows_that_do_not_fit_the_variable(scatter, rows, ma
     table = tf.Variable(tf.zeros([3, 2]))
     with pytest.raises(tf.errors.InvalidArgumentError, match=match):
         scatter(resource=table.handle, keys=tf.constant([0, 1]), rows=rows)
+
+
+# Runs laid against the chunk boundaries (sorted positions): ending on one, starting on one and spanning several,
+# one row on each side of one, a whole chunk, and a last chunk cut short. The GPU kernels find each chunk's
+# segments and each run's end by searching the sorted keys, where these are the edge cases.
+@pytest.mark.parametrize("lengths", [[CHUNK, 2 * CHUNK, 1, CHUNK - 1, CHUNK + 1, 3 * CHUNK + 5, 7],
+                                     [1, CHUNK - 2, 1, 5 * CHUNK, CHUNK], [4 * CHUNK + 3]])
+def test_runs_on_chunk_boundaries_sum_in_the_documented_order(combine, scatter, lengths):
+    rng = np.random.default_rng(len(lengths))
+    keys = np.repeat(np.arange(len(lengths)) * 3, lengths).astype(np.int32)
+    keys = keys[rng.permutation(len(keys))]  # any input order: the stable sort lays the runs out
+    rows = (rng.normal(size=(len(keys), 5)) * 10).astype(np.float32)
+    want_keys, want = ordered_sums(keys, rows)
+    distinct, sums = (t.numpy() for t in combine(keys, rows, np.int32(-1)))
+    assert distinct[:len(want_keys)].tolist() == want_keys.tolist()
+    assert sums[:len(want_keys)].tobytes() == want.tobytes()
+    table = tf.Variable(tf.zeros([3 * len(lengths), 5]))
+    scatter(resource=table.handle, keys=keys, rows=rows)
+    assert table.numpy()[want_keys].tobytes() == (np.float32(0) + want).tobytes()
+
+
+def test_calls_of_one_size_in_a_row_give_the_same_bits_as_the_first(combine, scatter):
+    """On a GPU the op replays its sort from a graph from the second call of a size in a row, and captures again
+    after a call of another size: every call must give the first one's bits."""
+    rng = np.random.default_rng(5)
+    keys = np.minimum(rng.zipf(1.3, 2000) - 1, 60).astype(np.int32)
+    rows = (rng.normal(size=(2000, 4)) * 10).astype(np.float32)
+    other = keys[:700]
+    want_keys, want = ordered_sums(keys, rows)
+    for k in [keys, keys, keys, other, keys, keys]:
+        table = tf.Variable(tf.zeros([61, 4]))
+        scatter(resource=table.handle, keys=k, rows=rows[:len(k)])
+        distinct, sums = (t.numpy() for t in combine(k, rows[:len(k)], np.int32(-1)))
+        if len(k) == len(keys):
+            assert table.numpy()[want_keys].tobytes() == (np.float32(0) + want).tobytes()
+            assert sums[:len(want_keys)].tobytes() == want.tobytes()

@@ -18,24 +18,35 @@ constexpr int64_t kCombineChunk = 128;
 
 enum CombineType : int { kCombineF32 = 0, kCombineF64 = 1, kCombineF16 = 2, kCombineBF16 = 3 };
 
-// Bytes of device scratch LaunchCombine needs for n keys of rows of d elements.
-size_t CombineScratchBytes(int64_t n, int64_t d, int type);
+// A call's device scratch, in two parts: the ordering's (sorted keys and positions, the runs, CUB's share), which a
+// kernel may keep from call to call (SortGraph), and the segment sums' (`part`), for n keys of rows of d elements.
+size_t OrderScratchBytes(int64_t n);
+size_t PartScratchBytes(int64_t n, int64_t d, int type);
 
-// Enqueues the combine on `stream` (a cudaStream_t); n >= 1 and n < 2^31; `scratch` holds the scratch_bytes that
-// CombineScratchBytes gave (the launch does not ask CUB for its share again). Returns a CUDA error code (0: none).
+// A CUDA graph of the sort (and the combine's run numbering), captured on the second call in a row with the same
+// sizes and ordering scratch and replayed from then on: one launch where CUB's sort enqueues about ten kernels and
+// memsets, host time on a step that waits on the host. Optional (nullptr: every call enqueues directly); not
+// thread-safe: the kernel that owns one holds a lock across each call, whose work is all on one stream.
+struct SortGraph;
+SortGraph* NewSortGraph();
+void FreeSortGraph(SortGraph* graph);
+
+// Enqueues the combine on `stream` (a cudaStream_t); n >= 1 and n < 2^31; `order` holds the order_bytes that
+// OrderScratchBytes gave (the launch does not ask CUB for its share again), `part` PartScratchBytes. Returns a CUDA
+// error code (0: none).
 int LaunchCombine(int type, const int32_t* keys, const void* rows, int64_t n, int64_t d, int32_t pad,
-                  int32_t* distinct, void* sums, void* scratch, size_t scratch_bytes, void* stream);
+                  int32_t* distinct, void* sums, void* order, size_t order_bytes, void* part, SortGraph* graph,
+                  void* stream);
 
 // The deterministic scatter (`OpbisectScatterCombine`): the same sums, added into a variable's rows in place,
 //   table[k] = table[k] + sum(k)   (or - sum(k) when `subtract`), each in the table's type,
 // for every distinct key k in [0, table_rows); other keys are dropped, as TensorFlow's GPU scatter drops an index
-// out of range. The sums are the combine's, with each dropped key read as table_rows (so they sort last). Each row of the table is written by one thread, once: no atomics, and nothing in between (the
-// combine's sums are never stored, nor gathered, added and written back by three more kernels).
-// `keys` are int32, or int64 when keys64.
-size_t ScatterCombineScratchBytes(int64_t n, int64_t d, int type);
+// out of range. The sums are the combine's, with each dropped key read as table_rows (so they sort last). Each row
+// of the table is written by one thread, once: no atomics, and nothing in between (the combine's sums are never
+// stored, nor gathered, added and written back by three more kernels). `keys` are int32, or int64 when keys64.
 int LaunchScatterCombine(int type, bool subtract, const void* keys, bool keys64, const void* rows, int64_t n,
-                         int64_t d, int64_t table_rows, void* table, void* scratch, size_t scratch_bytes,
-                         void* stream);
+                         int64_t d, int64_t table_rows, void* table, void* order, size_t order_bytes, void* part,
+                         SortGraph* graph, void* stream);
 
 // A device-to-device copy on `stream` (the variable's buffer, when another tensor still holds it).
 int LaunchCopy(void* to, const void* from, size_t bytes, void* stream);

@@ -1,10 +1,12 @@
-// GPU kernels of the deterministic combine and scatter (see combine.h). Six steps, none waiting for the host:
-// the keys (int32; a scatter's dropped keys become the table's row count) and their positions, CUB's stable radix
-// sort of (key, position) (a scatter's over only the bits its keys use), CUB's inclusive sum of the run heads (each
-// position's run number), the run starts (and distinct keys) with the list of segments that need a sum of their
-// own (those of runs spanning chunks), those segments' sums, then the run sums, stored (the combine) or added into
-// the table's rows (the scatter). Integer work is exact, and every float add has a fixed
-// place in a fixed order, so the bits do not depend on scheduling.
+// GPU kernels of the deterministic combine and scatter (see combine.h), none waiting for the host. The keys (int32;
+// a scatter's dropped keys become the table's row count) and their positions; CUB's stable radix sort of
+// (key, position) (a scatter's over only the bits its keys use); the segments of runs that span chunks summed, each
+// chunk finding its own (at most two) by binary search over its sorted keys. Then the combine numbers the runs
+// (CUB's inclusive sum of the run heads), marks each run's start and key, and stores each run's sum in run order;
+// the scatter needs no numbering: each run head finds its run's end by a galloping search and adds the run's sum
+// into its key's row of the table (two kernels after the sort, where a numbering would cost three more enqueues
+// on a host-bound step). Integer work is exact, and every float add has a fixed place in a fixed order, so the
+// bits do not depend on scheduling.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -39,12 +41,9 @@ template <typename T> struct AccOf { using type = T; };
 template <> struct AccOf<__half> { using type = float; };
 template <> struct AccOf<__nv_bfloat16> { using type = float; };
 
-// keys32[i]: keys[i], or `limit` where `limit` >= 0 and the key is outside [0, limit); positions[i] = i; the
-// count of Mark's work list set to zero.
+// keys32[i]: keys[i], or `limit` where `limit` >= 0 and the key is outside [0, limit); positions[i] = i.
 template <typename K>
-__global__ void Start(const K* keys, int64_t n, int64_t limit, int32_t* keys32, int32_t* positions,
-                      int32_t* work_count) {
-  if (blockIdx.x == 0 && threadIdx.x == 0) *work_count = 0;
+__global__ void Start(const K* keys, int64_t n, int64_t limit, int32_t* keys32, int32_t* positions) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t key = keys[i];
     keys32[i] = static_cast<int32_t>(limit < 0 || (key >= 0 && key < limit) ? key : limit);
@@ -66,34 +65,34 @@ struct HeadFlag {  // the scan's input, computed as it reads (no kernel, no buff
   }
 };
 
-// Sorted position p starts a segment whose rows SumSegments must add: a segment of a run that spans chunks. Either
-// a run that began in an earlier chunk goes on at this chunk's start, or a run begins here and goes on past the
-// chunk's end. (A run inside one chunk is summed by the last kernel.)
-__device__ __forceinline__ bool NeedsSegmentSum(const int32_t* sorted, int64_t p, int64_t n) {
-  if (!IsHead(sorted, p)) return p % kCombineChunk == 0;
-  const int64_t next_chunk = (p / kCombineChunk + 1) * kCombineChunk;
-  return next_chunk < n && sorted[next_chunk] == sorted[p];
-}
-
-// starts[r] for each run r, and (when `distinct` is given) distinct[r], every slot past the last run getting `pad`;
-// each segment start SumSegments must sum appended to `work` (in any order: the list only hands out work, and each
-// segment's sum is written to its own slot by the same adds whoever does them). runs[i] is the 1-based run of
-// sorted position i, so runs[n - 1] is the number of runs.
-__global__ void Mark(const int32_t* sorted, const int32_t* runs, int64_t n, int32_t pad, int32_t* distinct,
-                     int32_t* starts, int32_t* work, int32_t* work_count) {
-  const int64_t total = runs[n - 1];
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    if (distinct != nullptr && i >= total) distinct[i] = pad;
-    if (IsHead(sorted, i)) {
-      if (distinct != nullptr) distinct[runs[i] - 1] = sorted[i];
-      starts[runs[i] - 1] = static_cast<int32_t>(i);
-    }
-    if (NeedsSegmentSum(sorted, i, n)) work[atomicAdd(work_count, 1)] = static_cast<int32_t>(i);
+// The first position in [from, to) whose key is above `key`, where sorted[from] == key and every key in
+// [from, to) is at least `key`.
+__device__ __forceinline__ int64_t UpperBound(const int32_t* sorted, int64_t from, int64_t to, int32_t key) {
+  int64_t lo = from + 1, hi = to;  // the answer lies in [lo, hi]
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (sorted[mid] == key) lo = mid + 1; else hi = mid;
   }
+  return lo;
 }
 
-__device__ __forceinline__ int64_t RunEnd(const int32_t* starts, int64_t run, int64_t total, int64_t n) {
-  return run + 1 < total ? starts[run + 1] : n;
+// The first position in [from, to] holding `key`, where sorted[to] == key.
+__device__ __forceinline__ int64_t LowerBound(const int32_t* sorted, int64_t from, int64_t to, int32_t key) {
+  int64_t lo = from, hi = to;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (sorted[mid] == key) hi = mid; else lo = mid + 1;
+  }
+  return lo;
+}
+
+// The end of the run that starts at sorted position `head`: a galloping search (a run of length L costs about
+// 2 log L loads, where a hot key's run may hold thousands of positions).
+__device__ __forceinline__ int64_t RunEndFrom(const int32_t* sorted, int64_t head, int64_t n) {
+  const int32_t key = sorted[head];
+  int64_t step = 1;
+  while (head + step < n && sorted[head + step] == key) step *= 2;
+  return UpperBound(sorted, head + step / 2, min(head + step, n), key);
 }
 
 __device__ __forceinline__ bool OneChunk(int64_t begin, int64_t end) {
@@ -119,27 +118,37 @@ __device__ __forceinline__ A SumRows(const T* rows, const int32_t* perm, int64_t
   return acc;
 }
 
-// One thread row (threadIdx.y) per segment on Mark's work list, its rows added in order into part[p] (p: the
-// segment's first sorted position), the threads of a row sharing the columns. A grid for the longest possible
-// list (two segments a chunk), each row striding over it: the list is short, so most rows have nothing to do.
 template <typename T, typename A>
-__global__ void SumSegments(const T* rows, const int32_t* perm, const int32_t* runs, const int32_t* starts,
-                            const int32_t* work, const int32_t* work_count, int64_t n, int64_t d, A* part) {
-  const int64_t total = runs[n - 1], items = *work_count;
-  for (int64_t w = blockIdx.x * int64_t{blockDim.y} + threadIdx.y; w < items; w += int64_t{gridDim.x} * blockDim.y) {
-    const int64_t p = work[w];
-    const int64_t end = min(RunEnd(starts, runs[p] - 1, total, n), (p / kCombineChunk + 1) * kCombineChunk);
-    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) part[p * d + c] = SumRows<T, A>(rows, perm, p, end, d, c);
+__device__ __forceinline__ void StoreSegment(const T* rows, const int32_t* perm, int64_t from, int64_t to,
+                                             int64_t d, A* part) {
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) part[from * d + c] = SumRows<T, A>(rows, perm, from, to, d, c);
+}
+
+// The sums of the segments of runs that span chunks, each into part[p] (p: the segment's first sorted position).
+// One thread row (threadIdx.y) per chunk, whose threads share the columns. A chunk holds at most two such
+// segments: at its start, the rest of a run that began in an earlier chunk or a run that goes on past the chunk's
+// end; and the start of a run that begins later in the chunk and goes on past its end. (A run inside one chunk is
+// summed by the last kernel.)
+template <typename T, typename A>
+__global__ void SumSegments(const T* rows, const int32_t* perm, const int32_t* sorted, int64_t n, int64_t d,
+                            A* part) {
+  const int64_t chunks = (n + kCombineChunk - 1) / kCombineChunk;
+  for (int64_t k = blockIdx.x * int64_t{blockDim.y} + threadIdx.y; k < chunks; k += int64_t{gridDim.x} * blockDim.y) {
+    const int64_t begin = k * kCombineChunk, end = min(begin + kCombineChunk, n);
+    const bool goes_on = end < n && sorted[end] == sorted[end - 1];  // the chunk's last run continues past it
+    if (!IsHead(sorted, begin) || (goes_on && sorted[begin] == sorted[end - 1]))
+      StoreSegment<T, A>(rows, perm, begin, UpperBound(sorted, begin, end, sorted[begin]), d, part);
+    if (goes_on && sorted[begin] != sorted[end - 1])
+      StoreSegment<T, A>(rows, perm, LowerBound(sorted, begin, end - 1, sorted[end - 1]), end, d, part);
   }
 }
 
-// Run r's sum, column c: its segment sums (at its start, then at each chunk boundary inside it) added in order
-// from zero; a run inside one chunk, its rows added in order from zero (the same bits: zero plus a sum that
-// started from zero is that sum).
+// The sum of the run at sorted positions [begin, end), column c: its segment sums (at its start, then at each
+// chunk boundary inside it) added in order from zero; a run inside one chunk, its rows added in order from zero
+// (the same bits: zero plus a sum that started from zero is that sum).
 template <typename T, typename A>
-__device__ __forceinline__ A RunSum(const T* rows, const int32_t* perm, const A* part, const int32_t* starts,
-                                    int64_t r, int64_t total, int64_t n, int64_t d, int64_t c) {
-  const int64_t begin = starts[r], end = RunEnd(starts, r, total, n);
+__device__ __forceinline__ A RunSum(const T* rows, const int32_t* perm, const A* part, int64_t begin, int64_t end,
+                                    int64_t d, int64_t c) {
   if (OneChunk(begin, end)) return SumRows<T, A>(rows, perm, begin, end, d, c);
   A acc = A(0);
   acc += part[begin * d + c];
@@ -155,6 +164,20 @@ __device__ __forceinline__ A RunSum(const T* rows, const int32_t* perm, const A*
   return acc;
 }
 
+// The combine's numbering: starts[r] for each run r, and distinct[r], every slot past the last run getting `pad`.
+// runs[i] is the 1-based run of sorted position i, so runs[n - 1] is the number of runs.
+__global__ void Mark(const int32_t* sorted, const int32_t* runs, int64_t n, int32_t pad, int32_t* distinct,
+                     int32_t* starts) {
+  const int64_t total = runs[n - 1];
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    if (i >= total) distinct[i] = pad;
+    if (IsHead(sorted, i)) {
+      distinct[runs[i] - 1] = sorted[i];
+      starts[runs[i] - 1] = static_cast<int32_t>(i);
+    }
+  }
+}
+
 // Each thread row strides over the runs r (a grid sized to the GPU, not to n: most of n's slots may be past the
 // last run): its sum stored; the slots past the last run get zeros.
 template <typename T, typename A>
@@ -162,24 +185,24 @@ __global__ void SumRuns(const T* rows, const int32_t* perm, const A* part, const
                         const int32_t* starts, int64_t n, int64_t d, T* sums) {
   const int64_t total = runs[n - 1];
   for (int64_t r = blockIdx.x * int64_t{blockDim.y} + threadIdx.y; r < n; r += int64_t{gridDim.x} * blockDim.y) {
+    const int64_t begin = r < total ? starts[r] : 0, end = r + 1 < total ? starts[r + 1] : n;
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-      sums[r * d + c] = FromAcc<T, A>(r < total ? RunSum<T, A>(rows, perm, part, starts, r, total, n, d, c) : A(0));
+      sums[r * d + c] = FromAcc<T, A>(r < total ? RunSum<T, A>(rows, perm, part, begin, end, d, c) : A(0));
   }
 }
 
-// Each thread row strides over the runs r: its sum, rounded to T, added into (or taken from) its key's row of the
-// table, in T's arithmetic, as TensorFlow adds two tensors of T. The dropped keys' run (key table_rows) writes
-// nothing.
+// Each thread row strides over the sorted positions; at a run's head, the run's sum, rounded to T, is added into
+// (or taken from) its key's row of the table, in T's arithmetic, as TensorFlow adds two tensors of T. The dropped
+// keys' run (key table_rows) writes nothing.
 template <typename T, typename A>
-__global__ void AddRuns(const T* rows, const int32_t* perm, const A* part, const int32_t* sorted,
-                        const int32_t* runs, const int32_t* starts, int64_t n, int64_t d, int64_t table_rows,
-                        bool subtract, T* table) {
-  const int64_t total = runs[n - 1];
-  for (int64_t r = blockIdx.x * int64_t{blockDim.y} + threadIdx.y; r < total; r += int64_t{gridDim.x} * blockDim.y) {
-    const int64_t key = sorted[starts[r]];
-    if (key >= table_rows) continue;
+__global__ void AddRuns(const T* rows, const int32_t* perm, const A* part, const int32_t* sorted, int64_t n,
+                        int64_t d, int64_t table_rows, bool subtract, T* table) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.y} + threadIdx.y; i < n; i += int64_t{gridDim.x} * blockDim.y) {
+    const int64_t key = sorted[i];
+    if (!IsHead(sorted, i) || key >= table_rows) continue;
+    const int64_t end = RunEndFrom(sorted, i, n);
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-      const A sum = ToAcc(FromAcc<T, A>(RunSum<T, A>(rows, perm, part, starts, r, total, n, d, c)));
+      const A sum = ToAcc(FromAcc<T, A>(RunSum<T, A>(rows, perm, part, i, end, d, c)));
       const A old = ToAcc(table[key * d + c]);
       table[key * d + c] = FromAcc<T, A>(subtract ? old - sum : old + sum);
     }
@@ -201,12 +224,13 @@ auto HeadFlags(const int32_t* sorted) {
 
 size_t Aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// The ordering's scratch (the caller may keep it between calls: see SortGraph) and the sums' (per call).
 struct Scratch {
-  int32_t *keys, *sorted, *perm_in, *perm, *runs, *starts;
-  int32_t *work, *work_count;  // Mark's list of the segments SumSegments sums, and its length
-  void* part;
+  int32_t *keys, *sorted, *perm_in, *perm;
+  int32_t *runs, *starts;  // the combine's numbering of the runs
   void* cub;
   size_t cub_bytes;
+  void* part;  // the segment sums
 };
 
 size_t AccSize(int type) { return type == kCombineF64 ? sizeof(double) : sizeof(float); }
@@ -221,29 +245,23 @@ size_t CubBytes(int64_t n) {
   return sort_bytes > scan_bytes ? sort_bytes : scan_bytes;
 }
 
-// The scratch besides CUB's: six int32 buffers of n (keys, sorted keys, two permutations, runs, starts), the work
-// list and its count, and the segment sums.
-size_t FixedBytes(int64_t n, int64_t d, int type) {
-  return 7 * Aligned(n * sizeof(int32_t)) + Aligned(sizeof(int32_t)) + Aligned(n * d * AccSize(type));
-}
+constexpr int kOrderBuffers = 6;  // keys, sorted keys, two permutations, runs, starts
 
-// `bytes`: what CombineScratchBytes gave, whose rest after FixedBytes is CUB's (its size queries are not repeated
-// on every call: each asks the driver about the device; CUB itself refuses too little).
-Scratch Carve(void* base, size_t bytes, int64_t n, int64_t d, int type) {
-  char* at = static_cast<char*>(base);
-  auto take = [&](size_t size) { void* p = at; at += Aligned(size); return p; };
+// `order_bytes`: what OrderScratchBytes gave, whose rest after the six buffers is CUB's (its size queries are not
+// repeated on every call: each asks the driver about the device; CUB itself refuses too little).
+Scratch Carve(void* order, size_t order_bytes, void* part, int64_t n) {
+  char* at = static_cast<char*>(order);
+  auto take = [&]() { void* p = at; at += Aligned(n * sizeof(int32_t)); return static_cast<int32_t*>(p); };
   Scratch s;
-  s.keys = static_cast<int32_t*>(take(n * sizeof(int32_t)));
-  s.sorted = static_cast<int32_t*>(take(n * sizeof(int32_t)));
-  s.perm_in = static_cast<int32_t*>(take(n * sizeof(int32_t)));
-  s.perm = static_cast<int32_t*>(take(n * sizeof(int32_t)));
-  s.runs = static_cast<int32_t*>(take(n * sizeof(int32_t)));
-  s.starts = static_cast<int32_t*>(take(n * sizeof(int32_t)));
-  s.work = static_cast<int32_t*>(take(n * sizeof(int32_t)));
-  s.work_count = static_cast<int32_t*>(take(sizeof(int32_t)));
-  s.part = take(n * d * AccSize(type));
-  s.cub_bytes = bytes - FixedBytes(n, d, type);
+  s.keys = take();
+  s.sorted = take();
+  s.perm_in = take();
+  s.perm = take();
+  s.runs = take();
+  s.starts = take();
+  s.cub_bytes = order_bytes - kOrderBuffers * Aligned(n * sizeof(int32_t));
   s.cub = at;
+  s.part = part;
   return s;
 }
 
@@ -254,48 +272,128 @@ dim3 Block(int64_t d) {
   return dim3(x, kThreads / x);
 }
 
-// The first four steps: the keys sorted, their runs numbered, each run's start (and key, into `distinct`) marked.
-// `limit` >= 0: keys outside [0, limit) become `limit` (and sort last).
-template <typename K>
-cudaError_t Order(const Scratch& s, const K* keys, int64_t n, int64_t limit, int32_t pad, int32_t* distinct,
-                  cudaStream_t stream) {
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
-  Start<K><<<grid, kThreads, 0, stream>>>(keys, n, limit, s.keys, s.perm_in, s.work_count);
+unsigned Grid(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
+
+// CUB's sort of (key, position), and for the combine the scan that numbers the runs: stream work over the ordering's
+// scratch only, so a graph of it replays on the next call over the same scratch.
+cudaError_t SortAndNumber(const Scratch& s, int64_t n, int bits, bool numbered, cudaStream_t stream) {
   size_t cub_bytes = s.cub_bytes;
   // Keys in [0, 2^bits): their two's-complement low bits order them (CUB flips only the sign bit of an int).
   cudaError_t err = cub::DeviceRadixSort::SortPairs(s.cub, cub_bytes, s.keys, s.sorted, s.perm_in, s.perm,
-                                                    static_cast<int>(n), 0, KeyBits(limit), stream);
-  if (err != cudaSuccess) return err;
+                                                    static_cast<int>(n), 0, bits, stream);
+  if (err != cudaSuccess || !numbered) return err;
   cub_bytes = s.cub_bytes;
-  err = cub::DeviceScan::InclusiveSum(s.cub, cub_bytes, HeadFlags(s.sorted), s.runs, static_cast<int>(n), stream);
+  return cub::DeviceScan::InclusiveSum(s.cub, cub_bytes, HeadFlags(s.sorted), s.runs, static_cast<int>(n), stream);
+}
+
+}  // namespace
+
+struct SortGraph {
+  int64_t n = -1;
+  int bits = -1;
+  bool numbered = false;
+  const void* order = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  bool failed = false;  // capture or replay failed once on this device: the direct path from then on
+
+  void Forget() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    exec = nullptr;
+  }
+};
+
+SortGraph* NewSortGraph() { return new SortGraph(); }
+
+void FreeSortGraph(SortGraph* graph) {
+  if (graph == nullptr) return;
+  graph->Forget();
+  delete graph;
+}
+
+namespace {
+
+// The sort's work recorded as a graph to replay on `stream`, on a stream of this thread's own (no other thread's
+// CUDA calls are disturbed) of the same device. False: nothing was enqueued, and the graph is not to be used.
+bool Captured(const Scratch& s, int64_t n, int bits, bool numbered, cudaStream_t stream, cudaGraphExec_t* exec) {
+  int device = -1, stream_device = -2;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaStreamGetDevice(stream, &stream_device) != cudaSuccess ||
+      device != stream_device)
+    return false;
+  cudaStream_t capture;
+  if (cudaStreamCreateWithFlags(&capture, cudaStreamNonBlocking) != cudaSuccess) return false;
+  cudaError_t err = cudaStreamBeginCapture(capture, cudaStreamCaptureModeThreadLocal);
+  if (err == cudaSuccess) {
+    const cudaError_t work = SortAndNumber(s, n, bits, numbered, capture);
+    cudaGraph_t graph = nullptr;
+    err = cudaStreamEndCapture(capture, &graph);
+    if (err == cudaSuccess) err = work;
+    if (err == cudaSuccess) err = cudaGraphInstantiate(exec, graph, 0);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(capture);
+  return err == cudaSuccess;
+}
+
+// SortAndNumber on `stream`: replayed from `graph` from the second call in a row over the same scratch and sizes
+// (a step calls with the same sizes each time; a one-off size is not worth a capture), directly otherwise.
+cudaError_t Order(const Scratch& s, int64_t n, int bits, bool numbered, SortGraph* graph, cudaStream_t stream) {
+  if (graph == nullptr || graph->failed) return SortAndNumber(s, n, bits, numbered, stream);
+  if (graph->n != n || graph->bits != bits || graph->numbered != numbered || graph->order != s.keys) {
+    graph->Forget();
+    graph->n = n, graph->bits = bits, graph->numbered = numbered, graph->order = s.keys;
+    return SortAndNumber(s, n, bits, numbered, stream);
+  }
+  if (graph->exec == nullptr && !Captured(s, n, bits, numbered, stream, &graph->exec)) {
+    cudaGetLastError();  // a capture's error is not the call's: the direct path, from now on
+    graph->Forget();
+    graph->failed = true;
+    return SortAndNumber(s, n, bits, numbered, stream);
+  }
+  return cudaGraphLaunch(graph->exec, stream);
+}
+
+// The keys and their positions, sorted (and for the combine, the runs numbered and marked). `limit` >= 0: keys
+// outside [0, limit) become `limit` (and sort last).
+template <typename K>
+cudaError_t Sort(const Scratch& s, const K* keys, int64_t n, int64_t limit, SortGraph* graph, cudaStream_t stream) {
+  Start<K><<<Grid(n), kThreads, 0, stream>>>(keys, n, limit, s.keys, s.perm_in);
+  return Order(s, n, KeyBits(limit), false, graph, stream);
+}
+
+cudaError_t SortAndMark(const Scratch& s, const int32_t* keys, int64_t n, int32_t pad, int32_t* distinct,
+                        SortGraph* graph, cudaStream_t stream) {
+  Start<int32_t><<<Grid(n), kThreads, 0, stream>>>(keys, n, -1, s.keys, s.perm_in);
+  const cudaError_t err = Order(s, n, KeyBits(-1), true, graph, stream);
   if (err != cudaSuccess) return err;
-  Mark<<<grid, kThreads, 0, stream>>>(s.sorted, s.runs, n, pad, distinct, s.starts, s.work, s.work_count);
+  Mark<<<Grid(n), kThreads, 0, stream>>>(s.sorted, s.runs, n, pad, distinct, s.starts);
   return cudaGetLastError();
 }
 
-// Blocks for thread rows that stride over the runs: enough to fill the GPU (a few blocks per multiprocessor), not
-// one row per key, since most keys may share a run and their blocks would only start and return.
-constexpr int64_t kMaxRunBlocks = 2048;
+// Blocks for thread rows that stride over chunks, runs or tiles: enough to fill the GPU (a few blocks per
+// multiprocessor), not one row per item, since most rows would only start and return.
+constexpr int64_t kMaxRowBlocks = 2048;
 
-// The last two stages: the segment sums, then each run's sum stored into `sums` or, when `table` is given, added
-// into the table.
+unsigned RowGrid(int64_t items, int64_t per_block) {
+  return static_cast<unsigned>(std::min<int64_t>((items + per_block - 1) / per_block, kMaxRowBlocks));
+}
+
+// The last two stages: the segment sums, then each run's sum stored into `sums` (after Number) or, when `table` is
+// given, added into the table.
 template <typename T>
 int SumAll(const Scratch& s, const void* rows, int64_t n, int64_t d, void* sums, int64_t table_rows, bool subtract,
            void* table, cudaStream_t stream) {
   using A = typename AccOf<T>::type;
   const dim3 block = Block(d);
-  const int64_t most_segments = 2 * ((n + kCombineChunk - 1) / kCombineChunk);  // NeedsSegmentSum: two a chunk
-  const unsigned segment_grid = static_cast<unsigned>((most_segments + block.y - 1) / block.y);
-  const unsigned run_grid = static_cast<unsigned>(std::min<int64_t>((n + block.y - 1) / block.y, kMaxRunBlocks));
   A* part = static_cast<A*>(s.part);
   const T* in = static_cast<const T*>(rows);
-  SumSegments<T, A><<<segment_grid, block, 0, stream>>>(in, s.perm, s.runs, s.starts, s.work, s.work_count, n, d,
-                                                        part);
+  SumSegments<T, A><<<RowGrid((n + kCombineChunk - 1) / kCombineChunk, block.y), block, 0, stream>>>(
+      in, s.perm, s.sorted, n, d, part);
   if (table == nullptr)
-    SumRuns<T, A><<<run_grid, block, 0, stream>>>(in, s.perm, part, s.runs, s.starts, n, d, static_cast<T*>(sums));
+    SumRuns<T, A><<<RowGrid(n, block.y), block, 0, stream>>>(in, s.perm, part, s.runs, s.starts, n, d,
+                                                            static_cast<T*>(sums));
   else
-    AddRuns<T, A><<<run_grid, block, 0, stream>>>(in, s.perm, part, s.sorted, s.runs, s.starts, n, d, table_rows,
-                                                  subtract, static_cast<T*>(table));
+    AddRuns<T, A><<<RowGrid(n, block.y), block, 0, stream>>>(in, s.perm, part, s.sorted, n, d, table_rows, subtract,
+                                                            static_cast<T*>(table));
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -311,28 +409,30 @@ int SumTyped(int type, const Scratch& s, const void* rows, int64_t n, int64_t d,
 
 }  // namespace
 
-size_t CombineScratchBytes(int64_t n, int64_t d, int type) { return FixedBytes(n, d, type) + Aligned(CubBytes(n)); }
+size_t OrderScratchBytes(int64_t n) { return kOrderBuffers * Aligned(n * sizeof(int32_t)) + Aligned(CubBytes(n)); }
 
-size_t ScatterCombineScratchBytes(int64_t n, int64_t d, int type) { return CombineScratchBytes(n, d, type); }
+size_t PartScratchBytes(int64_t n, int64_t d, int type) { return Aligned(n * d * AccSize(type)); }
 
 int LaunchCombine(int type, const int32_t* keys, const void* rows, int64_t n, int64_t d, int32_t pad,
-                  int32_t* distinct, void* sums, void* scratch, size_t scratch_bytes, void* raw_stream) {
-  if (scratch_bytes <= FixedBytes(n, d, type)) return static_cast<int>(cudaErrorInvalidValue);
+                  int32_t* distinct, void* sums, void* order, size_t order_bytes, void* part, SortGraph* graph,
+                  void* raw_stream) {
+  if (order_bytes <= kOrderBuffers * Aligned(n * sizeof(int32_t))) return static_cast<int>(cudaErrorInvalidValue);
   cudaStream_t stream = static_cast<cudaStream_t>(raw_stream);
-  const Scratch s = Carve(scratch, scratch_bytes, n, d, type);
-  const cudaError_t err = Order(s, keys, n, -1, pad, distinct, stream);
+  const Scratch s = Carve(order, order_bytes, part, n);
+  const cudaError_t err = SortAndMark(s, keys, n, pad, distinct, graph, stream);
   if (err != cudaSuccess) return static_cast<int>(err);
   return SumTyped(type, s, rows, n, d, sums, 0, false, nullptr, stream);
 }
 
 int LaunchScatterCombine(int type, bool subtract, const void* keys, bool keys64, const void* rows, int64_t n,
-                         int64_t d, int64_t table_rows, void* table, void* scratch, size_t scratch_bytes,
-                         void* raw_stream) {
-  if (scratch_bytes <= FixedBytes(n, d, type)) return static_cast<int>(cudaErrorInvalidValue);
+                         int64_t d, int64_t table_rows, void* table, void* order, size_t order_bytes, void* part,
+                         SortGraph* graph, void* raw_stream) {
+  if (order_bytes <= kOrderBuffers * Aligned(n * sizeof(int32_t))) return static_cast<int>(cudaErrorInvalidValue);
   cudaStream_t stream = static_cast<cudaStream_t>(raw_stream);
-  const Scratch s = Carve(scratch, scratch_bytes, n, d, type);
-  const cudaError_t err = keys64 ? Order(s, static_cast<const int64_t*>(keys), n, table_rows, -1, nullptr, stream)
-                                 : Order(s, static_cast<const int32_t*>(keys), n, table_rows, -1, nullptr, stream);
+  const Scratch s = Carve(order, order_bytes, part, n);
+  const cudaError_t err =
+      keys64 ? Sort(s, static_cast<const int64_t*>(keys), n, table_rows, graph, stream)
+             : Sort(s, static_cast<const int32_t*>(keys), n, table_rows, graph, stream);
   if (err != cudaSuccess) return static_cast<int>(err);
   return SumTyped(type, s, rows, n, d, nullptr, table_rows, subtract, table, stream);
 }

@@ -239,6 +239,39 @@ absl::Status GpuScratch(tf::OpKernelContext* c, size_t bytes, tf::Tensor* scratc
   return c->allocate_temp(tf::DT_INT8, tf::TensorShape({static_cast<int64_t>(bytes)}), scratch);
 }
 
+// The ordering's device scratch and the graph of its sort, kept from call to call while the count of keys and the
+// stream stay the same (a step calls with the same sizes each time), so that the graph replays over the same
+// buffers. Run holds the lock across the whole launch: two calls at once must not share the buffers' contents,
+// and on one stream one call's work all runs before the next one's.
+class OrderScratch {
+ public:
+  ~OrderScratch() { FreeSortGraph(graph_); }
+
+  // launch(order, order_bytes, graph)
+  template <typename Launch>
+  absl::Status Run(tf::OpKernelContext* c, int64_t n, void* stream, Launch launch) {
+    tf::mutex_lock lock(mu_);
+    if (n != n_ || stream != stream_) {
+      n_ = -1;
+      FreeSortGraph(graph_);
+      graph_ = NewSortGraph();
+      bytes_ = OrderScratchBytes(n);  // asks CUB: once per size, not once per call
+      TF_RETURN_IF_ERROR(GpuScratch(c, bytes_, &scratch_));
+      n_ = n;
+      stream_ = stream;
+    }
+    return launch(scratch_.flat<int8_t>().data(), bytes_, graph_);
+  }
+
+ private:
+  tf::mutex mu_;
+  tf::Tensor scratch_;
+  int64_t n_ = -1;
+  void* stream_ = nullptr;
+  size_t bytes_ = 0;
+  SortGraph* graph_ = nullptr;
+};
+
 absl::Status CudaStatus(const char* op, int err) {
   return err == 0 ? absl::OkStatus() : tf::errors::Internal(op, ": CUDA error ", err);
 }
@@ -255,14 +288,18 @@ class CombineGpu : public tf::OpKernel {
     if (n == 0) return;
     void* stream;
     OP_REQUIRES_OK(c, GpuStream(c, "OpbisectCombine", &stream));
-    const size_t bytes = CombineScratchBytes(n, d, kType<T>);
-    tf::Tensor scratch;
-    OP_REQUIRES_OK(c, GpuScratch(c, bytes, &scratch));
-    OP_REQUIRES_OK(c, CudaStatus("OpbisectCombine", LaunchCombine(
-        kType<T>, c->input(0).flat<int32_t>().data(), c->input(1).tensor_data().data(), n, d, pad,
-        distinct->flat<int32_t>().data(), const_cast<char*>(sums->tensor_data().data()),
-        scratch.flat<int8_t>().data(), bytes, stream)));
+    tf::Tensor part;
+    OP_REQUIRES_OK(c, GpuScratch(c, PartScratchBytes(n, d, kType<T>), &part));
+    OP_REQUIRES_OK(c, order_.Run(c, n, stream, [&](void* order, size_t bytes, SortGraph* graph) {
+      return CudaStatus("OpbisectCombine", LaunchCombine(
+          kType<T>, c->input(0).flat<int32_t>().data(), c->input(1).tensor_data().data(), n, d, pad,
+          distinct->flat<int32_t>().data(), const_cast<char*>(sums->tensor_data().data()), order, bytes,
+          part.flat<int8_t>().data(), graph, stream));
+    }));
   }
+
+ private:
+  OrderScratch order_;
 };
 
 #define OPBISECT_GPU(T)                                                                                  \
@@ -291,17 +328,19 @@ class ScatterGpu : public ScatterBase {
                       int64_t table_rows, tf::Tensor* table) override {
     void* stream;
     TF_RETURN_IF_ERROR(GpuStream(c, kScatterOp, &stream));
-    const size_t bytes = ScatterCombineScratchBytes(n, d, kType<T>);
-    tf::Tensor scratch;
-    TF_RETURN_IF_ERROR(GpuScratch(c, bytes, &scratch));
-    return CudaStatus(kScatterOp, LaunchScatterCombine(
-        kType<T>, subtract_, keys.tensor_data().data(), keys.dtype() == tf::DT_INT64, rows.tensor_data().data(), n,
-        d, table_rows, const_cast<char*>(table->tensor_data().data()), scratch.flat<int8_t>().data(), bytes,
-        stream));
+    tf::Tensor part;
+    TF_RETURN_IF_ERROR(GpuScratch(c, PartScratchBytes(n, d, kType<T>), &part));
+    return order_.Run(c, n, stream, [&](void* order, size_t bytes, SortGraph* graph) {
+      return CudaStatus(kScatterOp, LaunchScatterCombine(
+          kType<T>, subtract_, keys.tensor_data().data(), keys.dtype() == tf::DT_INT64, rows.tensor_data().data(),
+          n, d, table_rows, const_cast<char*>(table->tensor_data().data()), order, bytes, part.flat<int8_t>().data(),
+          graph, stream));
+    });
   }
 
  private:
   static constexpr const char* kScatterOp = "OpbisectScatterCombine";
+  OrderScratch order_;
 };
 
 #define OPBISECT_SCATTER_GPU(T)                                                                                 \
