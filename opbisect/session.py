@@ -40,6 +40,7 @@ from .settings import TraceSettings
 def setup_tensorflow(device: str):
     """Import TensorFlow and pick the device kind ('cpu' or 'gpu') before any op runs."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tfcompat.parallel_xla_compilation(os.environ, tfcompat.installed_tensorflow())
     try:
         import tensorflow as tf
     except ImportError as exc:

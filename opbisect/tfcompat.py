@@ -204,3 +204,33 @@ def assign_now(v, value) -> None:
     import tensorflow as tf
 
     tf.raw_ops.AssignVariableOp(resource=v.handle, value=value)
+
+
+# XLA's GPU compiler builds a jit-compiled step's kernels on one thread unless these flags say otherwise (TensorFlow
+# hands it no thread pool). The instrumented copy of an XLA step returns every tapped tensor, so XLA builds thousands
+# of kernels where the plain step fuses them into few. XLA aborts on a flag it does not know: set only on the
+# TensorFlow versions they were checked on.
+XLA_PARALLEL_FLAGS = ("--xla_gpu_force_compilation_parallelism", "--xla_gpu_enable_llvm_module_compilation_parallelism")
+XLA_FLAGS_CHECKED_ON = ("2.21.",)
+
+
+def parallel_xla_compilation(environ, tf_version: str | None) -> None:
+    """Before TensorFlow is imported: let XLA's GPU compiler use every core (the same kernels, built side by side),
+    unless XLA_FLAGS already sets either flag or this TensorFlow (`tf_version`) was not checked."""
+    import os
+
+    flags = environ.get("XLA_FLAGS", "")
+    if any(name in flags for name in XLA_PARALLEL_FLAGS) or not (tf_version or "").startswith(XLA_FLAGS_CHECKED_ON):
+        return
+    threads, split = XLA_PARALLEL_FLAGS
+    environ["XLA_FLAGS"] = f"{flags} {threads}={os.cpu_count() or 1} {split}=true".strip()
+
+
+def installed_tensorflow() -> str | None:
+    """The installed TensorFlow's version, read without importing it (None: not installed under a known name)."""
+    from importlib import metadata
+
+    for name in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            return metadata.version(name)
+    return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import traceback
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from opbisect import tfcompat
 from opbisect.capture import fingerprint
 from opbisect.capture import taps as capture
 from opbisect.errors import GraphCheckError
@@ -515,3 +517,18 @@ def test_the_state_fingerprint_is_the_same_eager_and_traced(monkeypatch):
     variables["v4"].assign_add(tf.ones([7, 3]))
     changed = state()
     assert [k for k in changed if changed[k] != traced[k]] == ["v4"]
+
+
+@pytest.mark.parametrize("flags,version,added", [
+    (None, "2.21.0", True), ("--xla_dump_to=/tmp/x", "2.21.1", True),  # yours are kept, ours appended
+    ("--xla_gpu_force_compilation_parallelism=1", "2.21.0", False),  # you chose: left as it is
+    (None, "2.20.0", False), (None, None, False)])  # flags not checked on this TensorFlow could abort XLA
+def test_xla_builds_a_steps_kernels_on_every_core_unless_your_flags_say_otherwise(flags, version, added):
+    environ = {} if flags is None else {"XLA_FLAGS": flags}
+    tfcompat.parallel_xla_compilation(environ, version)
+    got = environ.get("XLA_FLAGS", "").split()
+    assert got[:len((flags or "").split())] == (flags or "").split()
+    want = [f"--xla_gpu_force_compilation_parallelism={os.cpu_count()}",
+            "--xla_gpu_enable_llvm_module_compilation_parallelism=true"]
+    assert (got[len((flags or "").split()):] == want) == added
+    assert added or environ.get("XLA_FLAGS") == flags
