@@ -5,8 +5,9 @@
 // (CUB's inclusive sum of the run heads), marks each run's start and key, and stores each run's sum in run order;
 // the scatter needs no numbering: each run head finds its run's end by a galloping search and adds the run's sum
 // into its key's row of the table (two kernels after the sort, where a numbering would cost three more enqueues
-// on a host-bound step). Integer work is exact, and every float add has a fixed place in a fixed order, so the
-// bits do not depend on scheduling.
+// on a host-bound step). The sort (with the combine's scan) is CUB's ten or so kernels and memsets: from the second
+// call of a size in a row it is replayed as one CUDA graph (SortGraph). Integer work is exact, and every float add
+// has a fixed place in a fixed order, so the bits do not depend on scheduling.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
