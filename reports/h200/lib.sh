@@ -13,4 +13,8 @@ verify() {  # verify EXAMPLE SECONDS [CSV]: the patch against the plain step and
   run "$1-verify" "$2" python3 -m opbisect verify "examples/$1.py" --patch "${3:-reports/h200/$1/sources.csv}" \
     --runs 10 --out "$R" --fingerprint wsum --cpu-reference off
 }
+overhead() {  # overhead EXAMPLE SECONDS: benchmarks/patch_overhead.py, the plain, imported and patched step in turn
+  run "$1-overhead" "$2" python3 benchmarks/patch_overhead.py "examples/$1.py" "reports/h200/$1/sources.csv" \
+    --device gpu --steps 60
+}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$R/gpu.txt"

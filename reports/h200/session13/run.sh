@@ -13,10 +13,6 @@
 set -u
 SESSION=session13 PHASE=${1:-check}
 source reports/h200/lib.sh
-overhead() {  # overhead EXAMPLE SECONDS
-  run "$1-overhead" "$2" python3 benchmarks/patch_overhead.py "examples/$1.py" "reports/h200/$1/sources.csv" \
-    --device gpu --steps 60
-}
 if [ "$PHASE" = check ]; then
   run check_scatter 300 python3 reports/h200/session11/check_scatter.py
   run tests 200 python3 -m pytest -q -p no:cacheprovider tests/test_combine.py tests/test_patches.py
