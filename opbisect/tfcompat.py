@@ -215,8 +215,9 @@ XLA_FLAGS_CHECKED_ON = ("2.21.",)
 
 
 def parallel_xla_compilation(environ, tf_version: str | None) -> None:
-    """Before TensorFlow is imported: let XLA's GPU compiler use every core (the same kernels, built side by side),
-    unless XLA_FLAGS already sets either flag or this TensorFlow (`tf_version`) was not checked."""
+    """Before XLA first compiles (it reads XLA_FLAGS then): let its GPU compiler use every core (the same kernels,
+    built side by side), unless XLA_FLAGS already sets either flag or this TensorFlow (`tf_version`) was not
+    checked. The report's environment note shows XLA_FLAGS for a step that compiles with XLA."""
     import os
 
     flags = environ.get("XLA_FLAGS", "")

@@ -533,3 +533,13 @@ def test_xla_builds_a_steps_kernels_on_every_core_unless_your_flags_say_otherwis
             "--xla_gpu_enable_llvm_module_compilation_parallelism=true"]
     assert (got[len((flags or "").split()):] == want) == added
     assert added or environ.get("XLA_FLAGS") == flags
+
+
+def test_the_environment_note_of_an_xla_step_shows_the_xla_flags_it_ran_under(monkeypatch):
+    from opbisect.analysis.preflight import environment_findings
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_force_compilation_parallelism=3")
+    graph = OpGraph()
+    notes = [[f.message for f in environment_findings(graph, xla) if "environment" in f.message] for xla in (True, False)]
+    assert "XLA_FLAGS=--xla_gpu_force_compilation_parallelism=3" in notes[0][0]
+    assert "XLA_FLAGS" not in notes[1][0]  # a step without XLA: the flags do not touch it

@@ -19,7 +19,7 @@ def checks(trace, target) -> list[Finding]:
     found = unseeded_random_ops(trace.graph)
     if target.dataset is not None:
         found += dataset_findings(target.dataset)
-    found += environment_findings(trace.graph)
+    found += environment_findings(trace.graph, bool(trace.jit_compile))
     found += distribute_findings(trace.graph)
     return found
 
@@ -74,11 +74,14 @@ def dataset_findings(dataset) -> list[Finding]:
     return found
 
 
-def environment_findings(graph) -> list[Finding]:
+def environment_findings(graph, xla: bool = False) -> list[Finding]:
+    """The environment the step ran in; `xla`: it compiles with XLA, so XLA_FLAGS too (opbisect adds its own, see
+    tfcompat.parallel_xla_compilation)."""
     import tensorflow as tf
 
-    env = {k: os.environ[k] for k in ("TF_DETERMINISTIC_OPS", "TF_CUDNN_USE_AUTOTUNE", "TF_ENABLE_ONEDNN_OPTS",
-                                      "PYTHONHASHSEED", "TF_CUDNN_DETERMINISTIC") if k in os.environ}
+    names = ("TF_DETERMINISTIC_OPS", "TF_CUDNN_USE_AUTOTUNE", "TF_ENABLE_ONEDNN_OPTS", "PYTHONHASHSEED",
+             "TF_CUDNN_DETERMINISTIC") + (("XLA_FLAGS",) if xla else ())
+    env = {k: os.environ[k] for k in names if k in os.environ}
     threads = (tf.config.threading.get_inter_op_parallelism_threads(),
                tf.config.threading.get_intra_op_parallelism_threads())
     gpu = bool(tf.config.list_logical_devices("GPU"))
