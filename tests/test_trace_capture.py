@@ -539,7 +539,7 @@ def test_the_environment_note_of_an_xla_step_shows_the_xla_flags_it_ran_under(mo
     from opbisect.analysis.preflight import environment_findings
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_force_compilation_parallelism=3")
-    graph = OpGraph()
-    notes = [[f.message for f in environment_findings(graph, xla) if "environment" in f.message] for xla in (True, False)]
+    notes = [[f.message for f in environment_findings(OpGraph(), xla) if "environment" in f.message]
+             for xla in (True, False)]
     assert "XLA_FLAGS=--xla_gpu_force_compilation_parallelism=3" in notes[0][0]
     assert "XLA_FLAGS" not in notes[1][0]  # a step without XLA: the flags do not touch it
