@@ -215,3 +215,23 @@ def test_an_xla_compiled_step_is_analysed_under_xla(run_step):
     assert t.record.pinned is None and t.record.facts.grappler.config == "default"
     assert "XLA" in t.record.facts.grappler.reason
     assert t.row("AssignAddVariableOp")["kind"] == "state"
+
+
+def test_an_xla_step_with_complex_tensors_is_traced(run_step):
+    t = run_step("""
+        w = tf.Variable(tf.ones([8]), name="w")
+
+
+        @tf.function(jit_compile=True)
+        def step(x):
+            noise = tf.random.uniform([8])  # planted: unseeded, a fresh draw every run
+            spectrum = tf.signal.fft(tf.complex(x * w + noise, tf.zeros_like(x)))
+            w.assign_add(tf.math.real(spectrum) * 1e-3)
+            return tf.reduce_sum(tf.abs(spectrum))
+
+
+        inputs = (tf.ones([8]),)
+        """)
+    assert t.record.meta.jit_compile and t.record.meta.fingerprint == "wsum"
+    assert t.code == 1 and t.sources == ["random_uniform/RandomUniform"]
+    assert any(t.endswith(":0") and "FFT" in t for t in t.record.analyses[0].differing)  # the complex tensor

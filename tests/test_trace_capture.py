@@ -264,7 +264,8 @@ def test_weighted_sums_grouped_by_size_are_each_tensors_own_digest(jit):
         tf.constant(rng.integers(-9, 9, 32), tf.int32), tf.constant(rng.standard_normal(32).astype(np.float32)),
         tf.constant(rng.standard_normal((4, 8)).astype(np.float16)), tf.constant(rng.random((4, 8)) > 0.5),
         tf.zeros([0, 3]), tf.constant(rng.standard_normal((2, 16))), tf.constant(2.5), tf.constant(-1.25),
-        tf.constant([[1, -2]], tf.int8), tf.zeros([0, 3])]
+        tf.constant([[1, -2]], tf.int8), tf.zeros([0, 3]), tf.constant([1 + 2j, 3 - 1j], tf.complex128),
+        tf.constant([[0.5 - 1j], [2j]], tf.complex64)]
     one = tf.function(fp.one, jit_compile=jit)
     each = [int(one(t)) for t in tensors]
     assert len(set(each)) == len(tensors) - 1  # the two empty tensors: one digest

@@ -49,8 +49,8 @@ def _as_bits(t):
     if t.dtype == tf.bool:
         t = tf.cast(t, tf.uint8)
     width = {1: tf.int8, 2: tf.int16, 4: tf.int32, 8: tf.int64}
-    if t.dtype.size == 16:  # complex128: two int64 words per element
-        t = tf.bitcast(t, tf.int64)
+    if t.dtype.is_complex:  # the bitcast of its real and imaginary parts, as in memory: XLA cannot bitcast a complex
+        t = tf.bitcast(tf.stack([tf.math.real(t), tf.math.imag(t)], -1), tf.int64)  # tensor, and this is the same
     elif t.dtype not in width.values():
         t = tf.bitcast(t, width[t.dtype.size])
     return tf.reshape(t, [-1])
