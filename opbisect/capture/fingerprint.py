@@ -49,8 +49,8 @@ def _as_bits(t):
     if t.dtype == tf.bool:
         t = tf.cast(t, tf.uint8)
     width = {1: tf.int8, 2: tf.int16, 4: tf.int32, 8: tf.int64}
-    if t.dtype.is_complex:  # the bitcast of its real and imaginary parts, as in memory: XLA cannot bitcast a complex
-        t = tf.bitcast(tf.stack([tf.math.real(t), tf.math.imag(t)], -1), tf.int64)  # tensor, and this is the same
+    if t.dtype.is_complex:  # its real and imaginary words as in memory (XLA cannot bitcast a complex tensor)
+        t = tf.bitcast(tf.stack([tf.math.real(t), tf.math.imag(t)], -1), tf.int64)
     elif t.dtype not in width.values():
         t = tf.bitcast(t, width[t.dtype.size])
     return tf.reshape(t, [-1])
@@ -155,7 +155,8 @@ class WeightedSumFingerprinter(Fingerprinter):
             return tf.zeros([0], tf.int64)
         alike: dict = {}
         for i, t in enumerate(tensors):
-            alike.setdefault((t.dtype, tuple(t.shape)) if t.shape.is_fully_defined() else ("one", i), []).append(i)
+            alike.setdefault(("alike", t.dtype, tuple(t.shape)) if t.shape.is_fully_defined() else ("one", i),
+                             []).append(i)
         parts, order, groups = [], [], {}
         for key, members in alike.items():
             if key[0] == "one":  # its size is known only when it runs
