@@ -159,7 +159,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     start = Snapshot(restored)
     taps, skipped = capture.tappable_tensors(trace)
     tapped = set(taps)
-    results = [t for t in result_tensors(trace) if t in tapped]
+    results = [t for t in result_tensors(trace) if t in tapped or capture.fused_by_xla(trace, t)]
     pinned = pinned_options(settings.pin_grappler and not trace.jit_compile)  # XLA: no grappler to pin
     steps = settings.steps
     if target.form == "fit" and steps == 1:

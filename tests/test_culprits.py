@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from opbisect.capture import taps as capture
+
 from conftest import EXAMPLES, cli, trace, until_it_fires
 
 RANDOM_STEP = """
@@ -215,6 +217,31 @@ def test_an_xla_compiled_step_is_analysed_under_xla(run_step):
     assert t.record.pinned is None and t.record.facts.grappler.config == "default"
     assert "XLA" in t.record.facts.grappler.reason
     assert t.row("AssignAddVariableOp")["kind"] == "state"
+
+
+def test_under_xla_fused_ops_are_not_tapped_and_a_source_behind_them_is_still_named(run_step):
+    t = run_step("""
+        w = tf.Variable(tf.ones([64]), name="w")
+
+
+        @tf.function(jit_compile=True)
+        def step(x):
+            noise = tf.random.uniform([64])  # planted: unseeded, a fresh draw every run
+            y = tf.tanh((x * w + noise) * 2.0)  # fused by XLA: untapped, so not what names the source
+            w.assign_sub(0.1 * y)
+            return tf.reduce_sum(y)
+
+
+        inputs = (tf.ones([64]),)
+        """)
+    assert t.code == 1 and t.sources == ["random_uniform/RandomUniform"]
+    taps = t.record.analyses[0].instrumented.taps
+    graph = t.record.graph["nodes"]
+    types = {n["id"]: n["type"] for n in graph}
+    tapped_types = {types[tap.rsplit(":", 1)[0]] for tap in taps if ":" in tap and tap.rsplit(":", 1)[0] in types}
+    assert {"Sum", "RandomUniform"} <= tapped_types and not tapped_types & {"Mul", "AddV2", "Tanh"}
+    assert t.record.skipped[capture.FUSED_BY_XLA] >= 5
+    assert t.row("random_uniform/RandomUniform")["downstream_differing"] >= 2  # the sum, the write
 
 
 def test_an_xla_step_with_complex_tensors_is_traced(run_step):

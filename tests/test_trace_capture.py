@@ -158,7 +158,7 @@ def test_under_xla_the_taps_digested_together_after_the_import_are_each_taps_own
     trace, args = traced(tmp_path, NESTED.replace("@tf.function\ndef step", "@tf.function(jit_compile=True)\ndef step"))
     assert trace.jit_compile
     v, start = trace.variables["v"], trace.variables["v"].numpy().copy()
-    taps, _ = capture.tappable_tensors(trace)
+    taps, _ = capture.tappable_tensors(dataclasses.replace(trace, jit_compile=False, tappable={}))  # fused ones too
     fp = fingerprint.WeightedSumFingerprinter()
     grouped = capture.build(trace, taps, fp)
     stamped = capture.build(dataclasses.replace(trace, jit_compile=False), taps, fp)  # a digest node per tap

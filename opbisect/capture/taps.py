@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..ir import optypes
 from ..ir.ids import TensorRef, split_op_id
 from ..tfcompat import grappler_options, read_now
 from ..trace.inline import parse_input
@@ -27,6 +28,7 @@ from .fingerprint import Fingerprinter, tappable
 
 PREFIX = "opbisect_capture"  # node names of capture nodes; the import scope is SCOPE
 SCOPE = "step"
+FUSED_BY_XLA = "fused by XLA"  # the skipped count of the outputs not tapped under XLA (tappable_tensors)
 FAN_IN = 32  # grappler slows down sharply on nodes with thousands of inputs: pack in a tree
 
 
@@ -81,11 +83,18 @@ class Instrumented:
 def tappable_tensors(trace: Trace, region: str = "") -> tuple[list[str], dict[str, int]]:
     """All tensor ids of one scope worth tapping (numeric, integer, boolean outputs and post-write states),
     and the count of outputs skipped per dtype. The top level by default; `region` names a body. Every scope is
-    listed in one pass over the graph, once per trace (capture asks for each body several times)."""
+    listed in one pass over the graph, once per trace (capture asks for each body several times).
+
+    Under XLA the outputs of ops XLA fuses (optypes.FUSED) are not tapped: the compiled step never writes them
+    out, a tap would (XLA compiling every tap as an output of the cluster is most of an XLA trace's cost), and
+    their inputs fix them bit for bit, so compare derives whether they differ from what feeds them."""
     if not trace.tappable:
         graph = trace.graph
         for op in graph.topo_order():
             taps, skipped = trace.tappable.setdefault(graph.region_of(op), ([], {}))
+            if trace.jit_compile and optypes.has(graph.op_type(op), optypes.FUSED):  # as fused_by_xla
+                skipped[FUSED_BY_XLA] = skipped.get(FUSED_BY_XLA, 0) + len(graph.outputs(op))
+                continue
             for tid in graph.outputs(op):
                 dtype = graph.dtype(tid)
                 if tappable(dtype):
@@ -95,6 +104,11 @@ def tappable_tensors(trace: Trace, region: str = "") -> tuple[list[str], dict[st
             taps.extend(graph.states(op))
     taps, skipped = trace.tappable.get(region, ([], {}))
     return list(taps), dict(skipped)
+
+
+def fused_by_xla(trace: Trace, tid: str) -> bool:
+    """Whether tensor `tid` is left untapped because XLA fuses the op making it (see tappable_tensors)."""
+    return bool(trace.jit_compile) and optypes.has(trace.graph.op_type(TensorRef.parse(tid).op), optypes.FUSED)
 
 
 class _GraphDefBuilder:

@@ -7,7 +7,10 @@ Every rule that depends on an op's type reads this table (as JAX's rule tables a
   (the order of its inputs does not matter mathematically, but may in floating point), CONVOLUTION (cuDNN picks
   its algorithm), PYTHON (runs Python code), RNG_STATE (draws from a tf.random.Generator's state variable, which
   is restored like any variable), COLLECTIVE (a cross-replica reduction or gather: its resource input orders the
-  collectives, it holds no state), and the tf.data roles PARALLEL_DATASET and SHUFFLE_DATASET;
+  collectives, it holds no state), FUSED (a pure function of its inputs that XLA fuses into its neighbours:
+  element-wise arithmetic, casts, comparisons, selects, reshapes, slices, broadcasts, concatenations, constants;
+  no reduction, no atomics, so its inputs fix its output bit for bit), and the tf.data roles PARALLEL_DATASET
+  and SHUFFLE_DATASET;
 - remedy: one line on what to do when an op of this type is a source;
 - patch: the key of its deterministic replacement in the patch library (empty while there is none).
 A stateful op with a resource input that is not a READ is a write (conservative: scatters and RNG state
@@ -24,7 +27,7 @@ import dataclasses
 READ, RANDOM, INPUT, CONTROL_FLOW, CALL = "read", "random", "input", "control_flow", "call"
 COMMUTATIVE, CONVOLUTION, PYTHON = "commutative", "convolution", "python"
 PARALLEL_DATASET, SHUFFLE_DATASET, RNG_STATE = "parallel_dataset", "shuffle_dataset", "rng_state"
-COLLECTIVE = "collective"
+COLLECTIVE, FUSED = "collective", "fused"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +114,16 @@ _ROLES: dict[str, tuple[str, ...]] = {
     COLLECTIVE: ("CollectiveReduceV2", "CollectiveReduceV3", "CollectiveGatherV2", "CollectiveAllToAllV2",
                  "CollectiveAllToAllV3", "CollectiveBcastSendV2", "CollectiveBcastRecvV2", "CollectiveReduceScatterV2",
                  "NcclAllReduce", "NcclReduce", "NcclBroadcast"),
+    FUSED: ("Const", "Identity", "StopGradient", "Snapshot", "Reshape", "ExpandDims", "Squeeze", "StridedSlice",
+            "StridedSliceGrad", "Slice", "Tile", "BroadcastTo", "ConcatV2", "Pack", "Unpack", "Split", "SplitV",
+            "Transpose", "Pad", "PadV2", "Fill", "ZerosLike", "OnesLike", "Range", "Shape", "ShapeN", "Size", "Rank",
+            "BroadcastGradientArgs", "Cast", "Bitcast", "Select", "SelectV2", "Add", "AddV2", "Sub", "Mul",
+            "RealDiv", "Div", "DivNoNan", "FloorDiv", "FloorMod", "Maximum", "Minimum", "Neg", "Abs", "Sign",
+            "Square", "SquaredDifference", "Sqrt", "Rsqrt", "RsqrtGrad", "SqrtGrad", "Reciprocal", "Pow", "Exp",
+            "Expm1", "Log", "Log1p", "Tanh", "TanhGrad", "Sigmoid", "SigmoidGrad", "Relu", "ReluGrad", "Relu6",
+            "Relu6Grad", "Elu", "EluGrad", "Selu", "Softplus", "Erf", "Erfc", "Floor", "Ceil", "Round", "BiasAdd",
+            "Less", "LessEqual", "Greater", "GreaterEqual", "Equal", "NotEqual", "LogicalAnd", "LogicalOr",
+            "LogicalNot", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "IsFinite", "IsNan", "ClipByValue"),
     PARALLEL_DATASET: ("ParallelMapDataset", "ParallelMapDatasetV2", "ParallelInterleaveDatasetV2",
                        "ParallelInterleaveDatasetV3", "ParallelInterleaveDatasetV4", "ParallelBatchDataset",
                        "MapAndBatchDataset", "ParallelFilterDataset"),
