@@ -3,9 +3,9 @@
 // (key, position) (a scatter's over only the bits its keys use); the segments of runs that span chunks summed, each
 // chunk finding its own (at most two) by binary search over its sorted keys. Then the combine numbers the runs
 // (CUB's inclusive sum of the run heads), marks each run's start and key, and stores each run's sum in run order;
-// the scatter needs no numbering: each run head finds its run's end by a galloping search and adds the run's sum
-// into its key's row of the table (two kernels after the sort, where a numbering would cost three more enqueues
-// on a host-bound step). The sort (with the combine's scan) is CUB's ten or so kernels and memsets: from the second
+// the scatter needs no numbering: a warp per 32 sorted positions finds their run heads and the runs' ends by ballot
+// and adds each run's sum into its key's row of the table (two kernels after the sort, where a numbering would
+// cost three more enqueues on a host-bound step). The sort (with the combine's scan) is CUB's ten or so kernels and memsets: from the second
 // call of a size in a row it is replayed as one CUDA graph (SortGraph). Integer work is exact, and every float add
 // has a fixed place in a fixed order, so the bits do not depend on scheduling.
 #include <cuda_bf16.h>
@@ -192,20 +192,103 @@ __global__ void SumRuns(const T* rows, const int32_t* perm, const A* part, const
   }
 }
 
-// Each thread row strides over the sorted positions; at a run's head, the run's sum, rounded to T, is added into
-// (or taken from) its key's row of the table, in T's arithmetic, as TensorFlow adds two tensors of T. The dropped
-// keys' run (key table_rows) writes nothing.
+// RunSum for a lane's kColumns columns c0, c0 + 32, ... at once (those below d; the others add zeros and are not
+// stored): each column's adds in RunSum's order, the columns' loads issued together, since a run's sum is a chain
+// of dependent loads and the kernel's time is how many such chains run at once.
+constexpr int kColumns = 4;
+
+template <typename T, typename A>
+__device__ __forceinline__ void RunSums(const T* rows, const int32_t* perm, const A* part, int64_t begin,
+                                        int64_t end, int64_t d, int64_t c0, A (&acc)[kColumns]) {
+  auto at = [&](int64_t base, int k) { return c0 + k * 32 < d ? base + c0 + k * 32 : -1; };
+#pragma unroll
+  for (int k = 0; k < kColumns; ++k) acc[k] = A(0);
+  if (OneChunk(begin, end)) {
+    int64_t q = begin;
+    for (; q + 4 <= end; q += 4) {
+      A v[4][kColumns];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t base = int64_t{perm[q + j]} * d;
+#pragma unroll
+        for (int k = 0; k < kColumns; ++k) v[j][k] = at(base, k) < 0 ? A(0) : ToAcc(rows[at(base, k)]);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int k = 0; k < kColumns; ++k) acc[k] += v[j][k];
+    }
+    for (; q < end; ++q) {
+      const int64_t base = int64_t{perm[q]} * d;
+#pragma unroll
+      for (int k = 0; k < kColumns; ++k)
+        if (at(base, k) >= 0) acc[k] += ToAcc(rows[at(base, k)]);
+    }
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kColumns; ++k) acc[k] += at(begin * d, k) < 0 ? A(0) : part[at(begin * d, k)];
+  int64_t q = (begin / kCombineChunk + 1) * kCombineChunk;  // then the segment at each chunk boundary in the run
+  for (; q + 8 * kCombineChunk <= end; q += 8 * kCombineChunk) {  // a hot key's many segments: loads ahead
+    A v[8][kColumns];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int k = 0; k < kColumns; ++k) {
+        const int64_t x = at((q + j * kCombineChunk) * d, k);
+        v[j][k] = x < 0 ? A(0) : part[x];
+      }
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int k = 0; k < kColumns; ++k) acc[k] += v[j][k];
+  }
+  for (; q < end; q += kCombineChunk) {
+#pragma unroll
+    for (int k = 0; k < kColumns; ++k) acc[k] += at(q * d, k) < 0 ? A(0) : part[at(q * d, k)];
+  }
+}
+
+// Four warps per tile of 32 sorted positions (the blocks stride over the tiles). Each warp reads the tile's keys,
+// a lane each, and its ballots give the run heads and, for each, its run's end (the next head in the tile, else a
+// galloping search past the tile), with no pass over positions that are not heads; the warps share the heads
+// (warp w takes heads w, w + 4, ...), a lane kColumns columns. At each head, the run's sum, rounded to T, is added
+// into (or taken from) its key's row of the table, in T's arithmetic, as TensorFlow adds two tensors of T. The
+// dropped keys' run (key table_rows) ends the run before it and writes nothing.
+constexpr int kTileWarps = 4;
+
 template <typename T, typename A>
 __global__ void AddRuns(const T* rows, const int32_t* perm, const A* part, const int32_t* sorted, int64_t n,
                         int64_t d, int64_t table_rows, bool subtract, T* table) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.y} + threadIdx.y; i < n; i += int64_t{gridDim.x} * blockDim.y) {
-    const int64_t key = sorted[i];
-    if (!IsHead(sorted, i) || key >= table_rows) continue;
-    const int64_t end = RunEndFrom(sorted, i, n);
-    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-      const A sum = ToAcc(FromAcc<T, A>(RunSum<T, A>(rows, perm, part, i, end, d, c)));
-      const A old = ToAcc(table[key * d + c]);
-      table[key * d + c] = FromAcc<T, A>(subtract ? old - sum : old + sum);
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t first = blockIdx.x * int64_t{32}; first < n; first += int64_t{gridDim.x} * 32) {
+    const int64_t i = first + lane;
+    const int32_t key = i < n ? sorted[i] : 0;
+    int32_t before = __shfl_up_sync(kAll, key, 1);
+    if (lane == 0 && i > 0) before = sorted[i - 1];
+    const bool head = i < n && (i == 0 || key != before);
+    const unsigned heads = __ballot_sync(kAll, head);
+    unsigned todo = __ballot_sync(kAll, head && key < table_rows);
+    for (int rank = 0; todo != 0; todo &= todo - 1, ++rank) {
+      if (rank % kTileWarps != warp) continue;
+      const int b = __ffs(todo) - 1;
+      const unsigned later = heads & ~((2u << b) - 1);  // b == 31: 2u << 31 wraps to 0, and no head is later
+      const int64_t begin = first + b;
+      const int64_t end = later != 0 ? first + __ffs(later) - 1 : RunEndFrom(sorted, min(first + 32, n) - 1, n);
+      const int64_t row = __shfl_sync(kAll, key, b) * d;
+      for (int64_t c0 = lane; c0 < d; c0 += 32 * kColumns) {
+        A acc[kColumns], old[kColumns];
+        RunSums<T, A>(rows, perm, part, begin, end, d, c0, acc);
+#pragma unroll
+        for (int k = 0; k < kColumns; ++k) old[k] = c0 + k * 32 < d ? ToAcc(table[row + c0 + k * 32]) : A(0);
+#pragma unroll
+        for (int k = 0; k < kColumns; ++k) {
+          if (c0 + k * 32 >= d) continue;
+          const A sum = ToAcc(FromAcc<T, A>(acc[k]));
+          table[row + c0 + k * 32] = FromAcc<T, A>(subtract ? old[k] - sum : old[k] + sum);
+        }
+      }
     }
   }
 }
@@ -374,9 +457,13 @@ cudaError_t SortAndMark(const Scratch& s, const int32_t* keys, int64_t n, int32_
 // multiprocessor), not one row per item, since most rows would only start and return.
 constexpr int64_t kMaxRowBlocks = 2048;
 
-unsigned RowGrid(int64_t items, int64_t per_block) {
-  return static_cast<unsigned>(std::min<int64_t>((items + per_block - 1) / per_block, kMaxRowBlocks));
+unsigned RowGrid(int64_t items, int64_t per_block, int64_t most = kMaxRowBlocks) {
+  return static_cast<unsigned>(std::min<int64_t>((items + per_block - 1) / per_block, most));
 }
+
+// AddRuns' blocks, a tile of 32 sorted positions each: at most sixteen 128-thread blocks for each of an H200's 132
+// multiprocessors (65,536 keys make 2048 tiles, a block each).
+constexpr int64_t kTileBlocks = 2112;
 
 // The last two stages: the segment sums, then each run's sum stored into `sums` (after Number) or, when `table` is
 // given, added into the table.
@@ -393,8 +480,9 @@ int SumAll(const Scratch& s, const void* rows, int64_t n, int64_t d, void* sums,
     SumRuns<T, A><<<RowGrid(n, block.y), block, 0, stream>>>(in, s.perm, part, s.runs, s.starts, n, d,
                                                             static_cast<T*>(sums));
   else
-    AddRuns<T, A><<<RowGrid(n, block.y), block, 0, stream>>>(in, s.perm, part, s.sorted, n, d, table_rows, subtract,
-                                                            static_cast<T*>(table));
+    AddRuns<T, A><<<RowGrid(n, 32, kTileBlocks), 32 * kTileWarps, 0, stream>>>(in, s.perm, part, s.sorted, n, d,
+                                                                               table_rows, subtract,
+                                                                               static_cast<T*>(table));
   return static_cast<int>(cudaGetLastError());
 }
 
