@@ -167,7 +167,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     feeder = Feeder(target, steps)
 
     with progress_display(settings.progress) as progress:
-        runner = Runner(trace, target, state_fps, capture.make_value_fingerprinter(fp), progress)
+        runner = Runner(trace, target, state_fps, capture.make_value_fingerprinter(fp), progress, lap)
         inst = capture.build(trace, taps, fp)
         lap("build the instrumented step")
         runs, unsettled = settings.runs, ""
@@ -181,7 +181,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
                                      settings.magnitude_runs or runs, options, results,
                                      default_runs.differing_batches(), settings.replay_runs if settings.replay else 0,
                                      device_name(kind), agree)
-                lap("op analysis (instrumented runs, compare, magnitudes, replays)")
+                lap("op analysis: the reference's steps")
                 return done
 
             def pinned_pass(runs=runs):

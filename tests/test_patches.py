@@ -162,6 +162,16 @@ def test_bias_add_grad_is_a_reduce_sum_over_all_but_the_channel(rng, form, layou
     assert bitwise(got, tf.reduce_sum(grad[0, 0], axis=0).numpy())
 
 
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_bias_add_grad_of_a_rank_unknown_at_trace_time_reduces_the_same_axes(rng, layout):
+    grad = integers(rng, (4, 6, 5, 3))
+    ctx = PatchContext(op_type="BiasAddGrad", attrs={"data_format": layout}, **FORMS["gpu"])
+    fn = tf.function(lambda g: PATCHES["BiasAddGrad"].build(ctx, g), autograph=False,
+                     input_signature=[tf.TensorSpec(None, tf.float32)])
+    axes = [0, 1, 2] if layout == "NHWC" else [0, 2, 3]
+    assert bitwise(fn(grad)[0].numpy(), tf.reduce_sum(grad, axis=axes).numpy())
+
+
 @pytest.mark.parametrize("form", FORMS)
 def test_add_n_sums_in_a_fixed_order(rng, form):
     parts = [integers(rng, (30, 4)) for _ in range(17)]

@@ -42,6 +42,7 @@ class Instrumented:
     region_taps: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # the columns of each matrix
     layout: np.ndarray | None = None  # tap index of each position of the digest vector (None: tap order)
     concrete: Any = None  # traced once, on the first call: resource handles would retrace the tf.function
+    calls: int = 0  # the first traces and compiles the function: timed apart (Runner.instrumented)
 
     def __call__(self, args: tuple) -> tuple[np.ndarray, list, list, dict[str, np.ndarray]]:
         """Digests of the taps, the step's outputs, the `full` tensors, and per entered body its digest matrix
@@ -51,6 +52,7 @@ class Instrumented:
             specs = self.trace.arg_specs()
             self.concrete = self.fn.get_concrete_function(*(specs if len(specs) == len(feeds) else feeds))
         fps, outs, full, matrices = self.concrete(*feeds)
+        self.calls += 1
         digests = fps.numpy()
         if self.layout is not None:
             in_order = np.empty_like(digests)

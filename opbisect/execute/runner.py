@@ -57,10 +57,12 @@ class Feeder:
 class Runner:
     """Runs the step from a snapshot; every pass of the experiment goes through here."""
 
-    def __init__(self, trace, target, state_fps: Callable, output_fps: Callable, progress=None):
+    def __init__(self, trace, target, state_fps: Callable, output_fps: Callable, progress=None,
+                 lap: Callable[[str], None] = lambda stage: None):
         self.trace, self.target = trace, target
         self.state_fps, self.output_fps = state_fps, output_fps
         self.progress = progress
+        self.lap = lap  # session.Laps: the op analysis's stages, where an XLA step's compile shows apart
 
     def restore(self, snapshot) -> dict[str, int]:
         """Restore `snapshot` and check it came back bit for bit; the state fingerprints before the step."""
@@ -150,8 +152,9 @@ class Runner:
         return result
 
     def instrumented(self, inst, snapshot, args_for_run: Callable[[], tuple], runs: int, options: dict | None,
-                     label: str) -> tuple[InstrumentedRuns, list]:
-        """Fingerprints per run, and the `full` tensors of every run (empty unless `inst.full`)."""
+                     label: str, stage: str = "tapped step") -> tuple[InstrumentedRuns, list]:
+        """Fingerprints per run, and the `full` tensors of every run (empty unless `inst.full`). Timed as `stage`:
+        its first call (grappler or XLA compiling the function), then the other runs."""
         result, full, digests, matrices = InstrumentedRuns(taps=inst.taps), [], [], []
         with grappler_options(options), self._task(label, runs) as advance:
             for _ in range(runs):
@@ -170,6 +173,7 @@ class Runner:
                 result.after.append(self.state_fps())
                 full.append(whole)
                 advance()
+                self.lap(f"op analysis: {stage}, {'first call' if inst.calls == 1 else 'runs'}")
         result.taps, result.fps = inst.unrolled(digests, matrices)
         result.executions = {r: [int(m[r][1]) for m in matrices] for r in inst.regions}
         result.enclosing = {r: [int(x) for x in matrices[0][r][0][:, 0]] for r in inst.regions} if matrices else {}

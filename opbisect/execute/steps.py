@@ -48,6 +48,7 @@ def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: 
         label = "instrumented step" if feeder.steps == 1 else f"instrumented step {k}/{feeder.steps}"
         ins, _ = runner.instrumented(inst, snapshot, args_for_run, runs, options, label)
         comparison = compare(unroll(trace.graph, ins.executions, ins.enclosing), ins.taps, ins.fps, ins.before, results)
+        runner.lap("op analysis: compare")
         new = [s for s in comparison.sources if s.op not in seen]
         seen.update(s.op for s in new)
         replays, calls = {}, {}
@@ -59,7 +60,8 @@ def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: 
         magnitudes, inputs = {}, {}
         if agree.any(f"magnitude pass of step {k}", bool(full)):
             _, arrays = runner.instrumented(capture.build(trace, [], fingerprinter, full, descend=False), snapshot,
-                                            args_for_run, magnitude_runs, options, "magnitudes of the sources")
+                                            args_for_run, magnitude_runs, options, "magnitudes of the sources",
+                                            "magnitude pass")
             column = {t: [run[i] for run in arrays] for i, t in enumerate(full)}
             magnitudes = {s.op: of_source([column[t] for t in s.tensors]) for s in new
                           if s.tensors and all(t in column for t in s.tensors)}
@@ -68,6 +70,7 @@ def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: 
                 states = {v: column[t][0] if t else _saved(snapshot, v) for v, t in pre.items()}
                 replays[op] = replay(call, values, states, replay_runs, device)
                 inputs[op] = (call, values, states)
+            runner.lap("op analysis: magnitudes and replays alone")
         analyses.append((StepAnalysis(step=k, instrumented=ins, differing=comparison.differing,
                                       magnitudes=magnitudes, magnitude_runs=magnitude_runs if full else 0,
                                       replays=replays), comparison, inputs))

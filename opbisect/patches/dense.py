@@ -13,11 +13,17 @@ _LOW_PRECISION = ("float16", "bfloat16")
 def bias_add_grad(ctx, out_backprop):
     import tensorflow as tf
 
-    rank = tf.rank(out_backprop)
-    if ctx.attrs.get("data_format", "NHWC").startswith("NC"):  # channels at axis 1 (also the last, for a matrix)
-        axes = tf.concat([[0], tf.range(2, rank)], 0)
+    # Axes known at trace time are a constant: computed from tf.rank they are three more ops on every call (in a
+    # loop body, on every iteration).
+    rank = out_backprop.shape.rank
+    dynamic = rank is None
+    if dynamic:
+        rank = tf.rank(out_backprop)
+    channels_first = ctx.attrs.get("data_format", "NHWC").startswith("NC")  # axis 1 (also the last, for a matrix)
+    if channels_first:
+        axes = tf.concat([[0], tf.range(2, rank)], 0) if dynamic else [0, *range(2, rank)]
     else:
-        axes = tf.range(rank - 1)
+        axes = tf.range(rank - 1) if dynamic else list(range(rank - 1))
     return [tf.reduce_sum(out_backprop, axis=axes)]
 
 
