@@ -89,18 +89,24 @@ def compare(graph: OpGraph, taps: list[str], fps: list[list[int]], before: list[
     for op in graph.topo_order():
         produced = graph.outputs(op) + graph.states(op)
         varying = [t for t in produced if t in per_tap and differs[t]]
+        # A read or assignment left untapped (under XLA) differs only through what it reads: a source if that is
+        # state that differed before the step, as its tapped outputs would have shown.
+        derived = not varying and _untapped_state_op(graph, op, per_tap)
+        if derived:
+            varying = [t for t in produced if differs[t]]
         if not varying or graph.attrs(op).get("role", "").startswith("region_arg"):
             continue  # a body's argument is what feeds it: never a source
-        if any(v is None for t in varying for v in per_tap[t]):
+        if any(v is None for t in varying for v in per_tap.get(t, ())):
             continue  # ran in some runs only: the loop's trip count or the branch taken differs (upstream)
         if any(tensor_differs(t) for t in graph.data_inputs(op)):
             continue
         resources = graph.resources(op)
         stale = [var for _, var in resources if not graph.prior_writes(op, var) and initial_differs.get(var, False)]
-        if any(reads_differing_state(op, var) for _, var in resources if var not in stale):
+        if any(reads_differing_state(op, var) for _, var in resources if var not in stale) or (derived and not stale):
             continue
         kind = _kind(graph, op, varying, stale)
-        values = [tuple(per_tap[t][r] for t in varying) for r in range(len(fps))]
+        values = [tuple(before[r].get(v) for v in stale) if derived else tuple(per_tap[t][r] for t in varying)
+                  for r in range(len(fps))]
         sources.append(SourceOp(op=op, kind=kind, tensors=varying, runs_differing=runs_off_mode(values),
                               distinct_values=distinct(values), downstream_differing=0))
     result_ops = {op_of(t) for t in results if differs.get(t, False)}
@@ -126,6 +132,13 @@ def _by_op(graph: OpGraph, sources: list[SourceOp], differs: dict[str, bool]) ->
         if base not in folded or execution < folded[base][0]:
             folded[base] = (execution, dataclasses.replace(s, op=base, iteration=a.get("loop_iteration")))
     return [s for _, s in folded.values()]
+
+
+def _untapped_state_op(graph: OpGraph, op: str, tapped: dict) -> bool:
+    """A read or plain assignment of a variable none of whose results is tapped (optypes.FUSED, under XLA)."""
+    op_type = graph.op_type(op)
+    return bool(graph.resources(op)) and (optypes.has(op_type, optypes.READ) or optypes.has(op_type, optypes.FUSED)) \
+        and not any(t in tapped for t in graph.outputs(op) + graph.states(op))
 
 
 def _kind(graph: OpGraph, op: str, varying: list[str], stale: list[str]) -> str:

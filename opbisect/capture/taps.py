@@ -87,9 +87,10 @@ def tappable_tensors(trace: Trace, region: str = "") -> tuple[list[str], dict[st
     and the count of outputs skipped per dtype. The top level by default; `region` names a body. Every scope is
     listed in one pass over the graph, once per trace (capture asks for each body several times).
 
-    Under XLA the outputs of ops XLA fuses (optypes.FUSED) are not tapped: the compiled step never writes them
-    out, a tap would (XLA compiling every tap as an output of the cluster is most of an XLA trace's cost), and
-    their inputs fix them bit for bit, so compare derives whether they differ from what feeds them."""
+    Under XLA the outputs and post-write states of ops XLA fuses (optypes.FUSED) are not tapped: the compiled step
+    never writes them out, a tap would (XLA compiling every tap as an output of the cluster is most of an XLA
+    trace's cost), and their inputs and the state they read fix them bit for bit, so compare derives whether they
+    differ from what feeds them (and names a read of state that differed before the step as its source)."""
     if not trace.tappable:
         graph = trace.graph
         for op in graph.topo_order():

@@ -7,10 +7,10 @@ Every rule that depends on an op's type reads this table (as JAX's rule tables a
   (the order of its inputs does not matter mathematically, but may in floating point), CONVOLUTION (cuDNN picks
   its algorithm), PYTHON (runs Python code), RNG_STATE (draws from a tf.random.Generator's state variable, which
   is restored like any variable), COLLECTIVE (a cross-replica reduction or gather: its resource input orders the
-  collectives, it holds no state), FUSED (a pure function of its inputs that XLA fuses into its neighbours:
-  element-wise arithmetic, casts, comparisons, selects, reshapes, slices, broadcasts, concatenations, constants;
-  no reduction, no atomics, so its inputs fix its output bit for bit), and the tf.data roles PARALLEL_DATASET
-  and SHUFFLE_DATASET;
+  collectives, it holds no state), FUSED (what XLA compiles into its neighbours with no order to choose:
+  element-wise arithmetic, casts, comparisons, selects, reshapes, slices, broadcasts, concatenations, identities,
+  constants, and a variable's plain read and assignments; no reduction, no atomics, so its inputs and the state it
+  reads fix its result bit for bit), and the tf.data roles PARALLEL_DATASET and SHUFFLE_DATASET;
 - remedy: one line on what to do when an op of this type is a source;
 - patch: the key of its deterministic replacement in the patch library (empty while there is none).
 A stateful op with a resource input that is not a READ is a write (conservative: scatters and RNG state
@@ -114,7 +114,8 @@ _ROLES: dict[str, tuple[str, ...]] = {
     COLLECTIVE: ("CollectiveReduceV2", "CollectiveReduceV3", "CollectiveGatherV2", "CollectiveAllToAllV2",
                  "CollectiveAllToAllV3", "CollectiveBcastSendV2", "CollectiveBcastRecvV2", "CollectiveReduceScatterV2",
                  "NcclAllReduce", "NcclReduce", "NcclBroadcast"),
-    FUSED: ("Const", "Identity", "StopGradient", "Snapshot", "Reshape", "ExpandDims", "Squeeze", "StridedSlice",
+    FUSED: ("ReadVariableOp", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "IdentityN",
+            "Const", "Identity", "StopGradient", "Snapshot", "Reshape", "ExpandDims", "Squeeze", "StridedSlice",
             "StridedSliceGrad", "Slice", "Tile", "BroadcastTo", "ConcatV2", "Pack", "Unpack", "Split", "SplitV",
             "Transpose", "Pad", "PadV2", "Fill", "ZerosLike", "OnesLike", "Range", "Shape", "ShapeN", "Size", "Rank",
             "BroadcastGradientArgs", "Cast", "Bitcast", "Select", "SelectV2", "Add", "AddV2", "Sub", "Mul",
