@@ -28,7 +28,7 @@ from .fingerprint import Fingerprinter, tappable
 
 PREFIX = "opbisect_capture"  # node names of capture nodes; the import scope is SCOPE
 SCOPE = "step"
-FUSED_BY_XLA = "fused by XLA"  # the skipped count of the outputs not tapped under XLA (tappable_tensors)
+FUSED_BY_XLA = "fused by XLA"  # the skipped count of outputs and post-write states not tapped under XLA
 FAN_IN = 32  # grappler slows down sharply on nodes with thousands of inputs: pack in a tree
 
 
@@ -96,7 +96,7 @@ def tappable_tensors(trace: Trace, region: str = "") -> tuple[list[str], dict[st
         for op in graph.topo_order():
             taps, skipped = trace.tappable.setdefault(graph.region_of(op), ([], {}))
             if trace.jit_compile and optypes.has(graph.op_type(op), optypes.FUSED):  # as fused_by_xla
-                skipped[FUSED_BY_XLA] = skipped.get(FUSED_BY_XLA, 0) + len(graph.outputs(op))
+                skipped[FUSED_BY_XLA] = skipped.get(FUSED_BY_XLA, 0) + len(graph.outputs(op) + graph.states(op))
                 continue
             for tid in graph.outputs(op):
                 dtype = graph.dtype(tid)

@@ -3,11 +3,12 @@
 // (key, position) (a scatter's over only the bits its keys use); the segments of runs that span chunks summed, each
 // chunk finding its own (at most two) by binary search over its sorted keys. Then the combine numbers the runs
 // (CUB's inclusive sum of the run heads), marks each run's start and key, and stores each run's sum in run order;
-// the scatter needs no numbering: a warp per 32 sorted positions finds their run heads and the runs' ends by ballot
-// and adds each run's sum into its key's row of the table (two kernels after the sort, where a numbering would
-// cost three more enqueues on a host-bound step). The sort (with the combine's scan) is CUB's ten or so kernels and memsets: from the second
-// call of a size in a row it is replayed as one CUDA graph (SortGraph). Integer work is exact, and every float add
-// has a fixed place in a fixed order, so the bits do not depend on scheduling.
+// the scatter needs no numbering: four warps per 32 sorted positions find their run heads and the runs' ends by
+// ballot and add each run's sum into its key's row of the table (two kernels after the sort, where a numbering
+// would cost three more enqueues on a host-bound step). The sort (with the combine's scan) is CUB's ten or so
+// kernels and memsets: from the second call of a size in a row it is replayed as one CUDA graph (SortGraph).
+// Integer work is exact, and every float add has a fixed place in a fixed order, so the bits do not depend on
+// scheduling.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

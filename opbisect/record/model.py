@@ -310,7 +310,7 @@ class Record:
     meta: Meta
     graph: dict  # the op graph, networkx node-link data (opbisect.ir.graph.OpGraph.to_json)
     findings: list[Finding]
-    skipped: dict[str, int]  # outputs not fingerprinted, per dtype
+    skipped: dict[str, int]  # outputs not fingerprinted, per dtype (and "fused by XLA": outputs and states)
     results: list[str]  # the tensors that make up the step's result
     default: Trajectory  # the uninstrumented step, the user's grappler config: the verdict
     pinned: Trajectory | None  # the uninstrumented step, grappler pinned (None with --no-pin-grappler)
