@@ -91,7 +91,7 @@ def compare(graph: OpGraph, taps: list[str], fps: list[list[int]], before: list[
         varying = [t for t in produced if t in per_tap and differs[t]]
         # A read or assignment left untapped (under XLA) differs only through what it reads: a source if that is
         # state that differed before the step, as its tapped outputs would have shown.
-        derived = not varying and _untapped_state_op(graph, op, per_tap)
+        derived = not varying and _untapped_state_op(graph, op, produced, per_tap)
         if derived:
             varying = [t for t in produced if differs[t]]
         if not varying or graph.attrs(op).get("role", "").startswith("region_arg"):
@@ -134,11 +134,12 @@ def _by_op(graph: OpGraph, sources: list[SourceOp], differs: dict[str, bool]) ->
     return [s for _, s in folded.values()]
 
 
-def _untapped_state_op(graph: OpGraph, op: str, tapped: dict) -> bool:
-    """A read or plain assignment of a variable none of whose results is tapped (optypes.FUSED, under XLA)."""
+def _untapped_state_op(graph: OpGraph, op: str, produced: list[str], tapped: dict) -> bool:
+    """A read or plain assignment of a variable none of whose results (`produced`) is tapped (optypes.FUSED, under
+    XLA). The type first: it rules out most ops with one lookup."""
     op_type = graph.op_type(op)
-    return bool(graph.resources(op)) and (optypes.has(op_type, optypes.READ) or optypes.has(op_type, optypes.FUSED)) \
-        and not any(t in tapped for t in graph.outputs(op) + graph.states(op))
+    return (optypes.has(op_type, optypes.READ) or optypes.has(op_type, optypes.FUSED)) \
+        and bool(graph.attrs(op)["resources"]) and not any(t in tapped for t in produced)
 
 
 def _kind(graph: OpGraph, op: str, varying: list[str], stale: list[str]) -> str:
