@@ -95,7 +95,7 @@ def tappable_tensors(trace: Trace, region: str = "") -> tuple[list[str], dict[st
         graph = trace.graph
         for op in graph.topo_order():
             taps, skipped = trace.tappable.setdefault(graph.region_of(op), ([], {}))
-            if trace.jit_compile and optypes.has(graph.op_type(op), optypes.FUSED):  # as fused_by_xla
+            if _fused_by_xla(trace, op):
                 skipped[FUSED_BY_XLA] = skipped.get(FUSED_BY_XLA, 0) + len(graph.outputs(op) + graph.states(op))
                 continue
             for tid in graph.outputs(op):
@@ -111,7 +111,11 @@ def tappable_tensors(trace: Trace, region: str = "") -> tuple[list[str], dict[st
 
 def fused_by_xla(trace: Trace, tid: str) -> bool:
     """Whether tensor `tid` is left untapped because XLA fuses the op making it (see tappable_tensors)."""
-    return bool(trace.jit_compile) and optypes.has(trace.graph.op_type(TensorRef.parse(tid).op), optypes.FUSED)
+    return _fused_by_xla(trace, TensorRef.parse(tid).op)
+
+
+def _fused_by_xla(trace: Trace, op: str) -> bool:
+    return bool(trace.jit_compile) and optypes.has(trace.graph.op_type(op), optypes.FUSED)
 
 
 class _GraphDefBuilder:
