@@ -207,8 +207,8 @@ def assign_now(v, value) -> None:
 
 
 # XLA's GPU compiler builds a jit-compiled step's kernels on one thread unless these flags say otherwise (TensorFlow
-# hands it no thread pool). The instrumented copy of an XLA step returns every tapped tensor, so XLA builds thousands
-# of kernels where the plain step fuses them into few. XLA aborts on a flag it does not know: set only on the
+# hands it no thread pool). The instrumented copy of an XLA step digests its tapped tensors, so XLA builds many more
+# kernels than for the plain step, which fuses them into few. XLA aborts on a flag it does not know: set only on the
 # TensorFlow versions they were checked on.
 XLA_PARALLEL_FLAGS = ("--xla_gpu_force_compilation_parallelism", "--xla_gpu_enable_llvm_module_compilation_parallelism")
 XLA_FLAGS_CHECKED_ON = ("2.21.",)
