@@ -107,6 +107,17 @@ def op_def(op_type: str):
     return op_def_registry.get(op_type)
 
 
+def register_function_def(fdef) -> None:
+    """Make a FunctionDef callable from any function this process runs. A function's library is gathered from the
+    Python functions its graph holds, not from FunctionDefs imported into it with a GraphDef: an imported body
+    that is not registered here is missing where the loop is lowered (TensorFlow crashes there)."""
+    from tensorflow.python.eager import context
+
+    ctx = context.context()
+    if not ctx.has_function(fdef.signature.name):
+        ctx.add_function_def(fdef)
+
+
 def pack_outputs(concrete, flat: list):
     """A concrete function's flat output tensors packed as the function returns them (dicts, tuples, Nones)."""
     return concrete.function_type.pack_output(list(flat))

@@ -296,6 +296,106 @@ def test_deterministic_patches_an_xla_loop_body_and_keeps_its_numbers(tmp_path):
         np.testing.assert_allclose(table.numpy(), plain_table, rtol=1e-5, atol=1e-5)
 
 
+def test_a_patched_loop_body_is_the_body_s_own_ops_with_only_the_chosen_ones_turned_into_calls(tmp_path):
+    # A loop runs its body's ops one at a time, every iteration: a body traced again for the patch would add an
+    # Identity per result and a NoOp, each run every iteration (the cost seen on the H200's host-bound loop).
+    from opbisect.targets.loader import importable, load_target
+
+    script = write_script(tmp_path, "model_step", XLA_LOOP.replace("jit_compile=True", "jit_compile=False"))
+    with importable(script):
+        target = load_target(script, "step", "inputs")
+        step = opbisect.deterministic(target.step, "UnsortedSegmentSum")
+        step(*target.make_inputs())
+        patched_step = next(iter(step.steps.values()))
+        library = {f.signature.name: f for f in patched_step.trace.graph_def.library.function}
+        original = library[patched_step.trace.regions["while/body"].function]
+        patched = patched_step.rewrite.bodies
+    assert len(patched) == 1
+    before = {n.name: n.op for n in original.node_def}
+    after = {n.name: n.op for n in patched[0].node_def}
+    assert after == {**before, "while/UnsortedSegmentSum": "StatefulPartitionedCall"}
+
+
+XENT_LOOP = """
+w = tf.Variable(tf.random.stateless_normal([16, 10], seed=[1, 2]), name="w")
+
+
+@tf.function
+def step(x, y):
+    def body(i, total):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(y, tf.matmul(x, w)))
+        w.assign_sub(0.1 * tape.gradient(loss, w))
+        return i + 1, total + loss
+    _, total = tf.while_loop(lambda i, t: i < 3, body, (tf.constant(0), tf.constant(0.0)))
+    return total
+
+
+inputs = (tf.constant(np.random.default_rng(0).normal(size=(64, 16)), tf.float32),
+          tf.constant(np.arange(64) % 10, tf.int32))
+"""
+
+
+def test_a_patched_op_with_two_named_outputs_feeds_each_consumer_its_own_output(tmp_path):
+    # Sparse cross-entropy's outputs are `loss` and `backprop`: in the body's FunctionDef their consumers name them
+    # so, and the call that replaces the op names them output:0 and output:1.
+    from opbisect.targets.loader import importable, load_target
+
+    script = write_script(tmp_path, "model_step", XENT_LOOP)
+    with importable(script):
+        target = load_target(script, "step", "inputs")
+        args, w = target.make_inputs(), target.module.w
+        start = w.numpy()
+        plain_total, plain_w = target.step(*args).numpy(), w.numpy()
+        w.assign(start)
+        step = opbisect.deterministic(target.step, "SparseSoftmaxCrossEntropyWithLogits")
+        total = step(*args).numpy()
+        assert len(step.replaced) == 1 and len(step.steps[next(iter(step.steps))].rewrite.bodies) == 1
+        np.testing.assert_allclose(total, plain_total, rtol=1e-5)
+        np.testing.assert_allclose(w.numpy(), plain_w, rtol=1e-5, atol=1e-6)
+
+
+NESTED_CALL_IN_LOOP = """
+table = tf.Variable(tf.zeros([8, 4]), name="table")
+
+
+@tf.function
+def accumulate(ids, rows):
+    table.scatter_add(tf.IndexedSlices(rows, ids))
+    return tf.math.unsorted_segment_sum(rows, ids, 8)
+
+
+@tf.function
+def step(ids, rows):
+    def body(i, total):
+        return i + 1, total + accumulate(ids, rows * tf.cast(i + 1, tf.float32))
+    _, total = tf.while_loop(lambda i, t: i < 3, body, (tf.constant(0), tf.zeros([8, 4])))
+    return total
+
+
+inputs = (tf.constant(np.arange(600) % 5, tf.int32), tf.constant(np.random.default_rng(0).normal(size=(600, 4)),
+                                                                  tf.float32))
+"""
+
+
+def test_ops_of_a_call_inlined_in_a_loop_body_are_patched_in_the_body_traced_again(tmp_path):
+    from opbisect.targets.loader import importable, load_target
+
+    script = write_script(tmp_path, "model_step", NESTED_CALL_IN_LOOP)
+    with importable(script):
+        target = load_target(script, "step", "inputs")
+        args = target.make_inputs()
+        plain_total, plain_table = target.step(*args).numpy(), target.module.table.numpy()
+        target.module.table.assign(tf.zeros([8, 4]))
+        step = opbisect.deterministic(target.step, "ResourceScatterAdd,UnsortedSegmentSum")
+        total = step(*args).numpy()
+        patched = step.steps[next(iter(step.steps))]
+        assert len(step.replaced) == 2 and all(op.startswith("while/body::") for op in step.replaced)
+        assert patched.rewrite.bodies == []  # the ops came from the inlined call: not nodes of the body's FunctionDef
+        np.testing.assert_allclose(total, plain_total, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(target.module.table.numpy(), plain_table, rtol=1e-5, atol=1e-5)
+
+
 def test_verify_compares_every_variant_with_the_step_on_the_cpu_and_never_recommends_it(tmp_path):
     # From the command line, as a user runs it: the parent is a fresh process like its child, so Keras names the
     # variables alike in both (a parent that imported the example before would have renumbered its scopes, and the

@@ -2,16 +2,19 @@
 
     chosen node  --(PATCHES[node.op].build traced over the node's input specs)-->  a function F
     the node     becomes  StatefulPartitionedCall(F) with the same name, inputs, control inputs and device
-So every consumer (`name:i`, `^name`) is untouched. A node inside a loop or branch body is replaced in that
-body's GraphDef; the body is traced again as a new function, and the loop or branch op (in its parent, up to the
-step's top level) is pointed at it: the machinery capture uses to put taps in bodies.
+So every consumer (`name:i`, `^name`) is untouched. A node inside a loop or branch body is replaced in a copy
+of that body's FunctionDef (`edit`: the body's own ops, one for one), or, where the node came from a call the trace
+inlined, in the body's flat GraphDef traced again as a new function (the machinery capture uses to put taps in
+bodies); the loop or branch op (in its parent, up to the step's top level) is pointed at the copy.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from .. import tfcompat
 from ..ir.ids import op_id
+from . import edit
 from .reductions import NotApplicable
 from .registry import PATCHES, PatchContext
 
@@ -22,10 +25,13 @@ class Rewrite:
     functions: list  # concrete functions the GraphDef calls (patches, rebuilt bodies): register them
     replaced: list[str]  # op ids replaced
     skipped: dict[str, str]  # op id -> why it was left alone
+    bodies: list = dataclasses.field(default_factory=list)  # bodies patched in their FunctionDefs (`edit`)
 
     def register(self, graph) -> None:
         for f in self.functions:
             f.add_to_graph(graph)
+        for fdef in self.bodies:
+            tfcompat.register_function_def(fdef)
 
     def without_own_functions(self):
         """The GraphDef without the functions `register` adds: imported from the library, they would shadow the
@@ -84,6 +90,8 @@ def _call_node(node, concrete, input_dtypes) -> None:
     node.attr["Tin"].list.CopyFrom(types(type=[d.as_datatype_enum for d in input_dtypes]))
     node.attr["Tout"].list.CopyFrom(types(type=[t.dtype.as_datatype_enum for t in concrete.outputs]))
     node.attr["f"].func.name = concrete.function_def.signature.name
+    for key in ("config", "config_proto", "executor_type"):  # a FunctionDef's nodes get no default attributes
+        node.attr[key].s = b""
 
 
 def _add_to_library(graph_def, concrete) -> None:
@@ -94,30 +102,38 @@ def _add_to_library(graph_def, concrete) -> None:
             have.add(f.signature.name)
 
 
+def _patched_calls(graph_def, names: list[str], region: str, xla: bool, rewrite: Rewrite) -> dict:
+    """{name: (the node's op, its patch's concrete function)} for the nodes `names` of one scope that have a
+    patch; the others noted in `rewrite.skipped`."""
+    import tensorflow as tf
+
+    scratch = tf.Graph()
+    with scratch.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    nodes = {n.name: n for n in graph_def.node}
+    out = {}
+    for name in names:
+        op = scratch.get_operation_by_name(name)
+        try:
+            out[name] = (op, _patch_function(op, nodes[name], xla))
+        except NotApplicable as exc:
+            rewrite.skipped[op_id(name, region)] = str(exc)
+            continue
+        rewrite.functions.append(out[name][1])
+        rewrite.replaced.append(op_id(name, region))
+    return out
+
+
 def replace_nodes(graph_def, names: list[str], region: str, xla: bool, rewrite: Rewrite):
     """A copy of `graph_def` (one scope) with the nodes `names` replaced; results noted in `rewrite`."""
-    import tensorflow as tf
     from tensorflow.core.framework import graph_pb2
 
     gd = graph_pb2.GraphDef()
     gd.CopyFrom(graph_def)
-    if not names:
-        return gd
-    scratch = tf.Graph()
-    with scratch.as_default():
-        tf.graph_util.import_graph_def(graph_def, name="")
     nodes = {n.name: n for n in gd.node}
-    for name in names:
-        op = scratch.get_operation_by_name(name)
-        try:
-            concrete = _patch_function(op, nodes[name], xla)
-        except NotApplicable as exc:
-            rewrite.skipped[op_id(name, region)] = str(exc)
-            continue
+    for name, (op, concrete) in _patched_calls(graph_def, names, region, xla, rewrite).items():
         _call_node(nodes[name], concrete, [t.dtype for t in op.inputs])
         _add_to_library(gd, concrete)
-        rewrite.functions.append(concrete)
-        rewrite.replaced.append(op_id(name, region))
     return gd
 
 
@@ -147,32 +163,53 @@ def _point_at(node, suffix: str, name: str) -> None:
         node.attr[suffix].func.name = name
 
 
-def rewrite(trace, chosen: dict[str, list[str]]) -> Rewrite:
-    """The step's GraphDef with the nodes `chosen` ({region: [local names]}, "" for the top level) replaced."""
+def _add_bodies(graph_def, bodies: list) -> None:
+    have = {f.signature.name for f in graph_def.library.function}
+    graph_def.library.function.extend(f for f in bodies if f.signature.name not in have)
+
+
+def rewrite(trace, chosen: dict[str, list[str]], edit_bodies: bool = True) -> Rewrite:
+    """The step's GraphDef with the nodes `chosen` ({region: [local names]}, "" for the top level) replaced.
+    A body is patched in its own FunctionDef where it can be (`edit`), else traced again; `edit_bodies=False`
+    traces every body again, for a step that is traced once more (`trace --patch`), whose trace enters bodies
+    through their traced graphs."""
     xla = bool(trace.jit_compile)
     out = Rewrite(graph_def=None, functions=[], replaced=[], skipped={})
-    dirty = set()
+    dirty, inner = set(), {}  # regions on the way to a chosen node; each scope's dirty bodies
     for region in chosen:
         while region:
             dirty.add(region)
+            inner.setdefault(trace.regions[region].parent, set()).add(region)
             region = trace.regions[region].parent
-    scopes = {}
+    library = edit.functions_of(trace.graph_def)
+    names, bodies = {}, out.bodies  # region -> its patched body's function name; the edited FunctionDefs
 
-    def scope(rid: str):
-        """The patched GraphDef of a scope, made once."""
-        if rid not in scopes:
-            original = trace.regions[rid].graph_def if rid else trace.graph_def
-            scopes[rid] = replace_nodes(original, chosen.get(rid, []), rid, xla, out)
-        return scopes[rid]
+    def pointed(gd, rid: str):
+        nodes = {n.name: n for n in gd.node}
+        for child in inner.get(rid, ()):
+            _point_at(nodes[trace.regions[child].op], trace.regions[child].suffix, names[child])
+        _add_bodies(gd, bodies)
+        return gd
 
     for rid in reversed(list(trace.regions)):  # children before their parents
         if rid not in dirty:
             continue
-        region = trace.regions[rid]
-        concrete = _rebuilt_body(region, scope(rid), out)
-        out.functions.append(concrete)
-        parent = scope(region.parent)
-        _point_at({n.name: n for n in parent.node}[region.op], region.suffix, concrete.function_def.signature.name)
-        _add_to_library(parent, concrete)
-    out.graph_def = scope("")
+        region, local = trace.regions[rid], chosen.get(rid, [])
+        fdef = library.get(region.function)
+        children = [trace.regions[c].op for c in inner.get(rid, ())]
+        if edit_bodies and fdef is not None and edit.editable(fdef, local + children):
+            calls = {name: (op, lambda node, op=op, f=f: _call_node(node, f, [t.dtype for t in op.inputs]))
+                     for name, (op, f) in _patched_calls(region.graph_def, local, rid, xla, out).items()}
+            pointers = {trace.regions[c].op: lambda node, c=c: _point_at(node, trace.regions[c].suffix, names[c])
+                        for c in inner.get(rid, ())}
+            bodies.append(edit.edited(fdef, calls, pointers))
+            names[rid] = bodies[-1].signature.name
+        else:
+            concrete = _rebuilt_body(region, pointed(replace_nodes(region.graph_def, local, rid, xla, out), rid), out)
+            out.functions.append(concrete)
+            names[rid] = concrete.function_def.signature.name
+    top = pointed(replace_nodes(trace.graph_def, chosen.get("", []), "", xla, out), "")
+    for f in out.functions:
+        _add_to_library(top, f)
+    out.graph_def = top
     return out

@@ -51,7 +51,8 @@ class PatchedStep:
 
         from ..capture.taps import step_importer
 
-        body = step_importer(self.trace, self.rewrite.without_own_functions(), self.rewrite.register,
+        retraced = rewrite(self.trace, self.choice.by_region(), edit_bodies=False)  # its trace enters bodies
+        body = step_importer(self.trace, retraced.without_own_functions(), retraced.register,
                              list(self.trace.output_names), scope="")
 
         def step(*args):
