@@ -58,10 +58,17 @@ def _rank(x):
 
 
 def segmented_scan(rows, keys):
-    """The inclusive running sum of `rows` within each run of equal `keys` (sorted), in a fixed tree order.
+    """The inclusive running sum of `rows` within each run of equal `keys` (sorted), in a fixed order: by blocks
+    where the shapes are known while tracing (`blocked_scan`), else by doubling (`doubling_scan`)."""
+    if keys.shape[0] is not None and rows.shape[1:].is_fully_defined():
+        return blocked_scan(rows, keys)
+    return doubling_scan(rows, keys)
 
-    With the row count known while tracing, the log2(n) doubling passes are unrolled (no loop to run on the
-    host between kernels); otherwise they run in a tf.while_loop."""
+
+def doubling_scan(rows, keys):
+    """The segmented inclusive scan by doubling (Hillis-Steele): log2(n) passes over all the rows. With the row
+    count known while tracing they are unrolled (no loop to run on the host between kernels); otherwise they run in
+    a tf.while_loop."""
     import tensorflow as tf
 
     n = tf.shape(keys)[0]
@@ -81,6 +88,52 @@ def segmented_scan(rows, keys):
     _, sums = tf.while_loop(lambda offset, _: offset < n, lambda offset, x: (offset * 2, step(offset, x)),
                             [tf.constant(1), rows])
     return sums
+
+
+_BLOCK = 32  # rows a block of `blocked_scan` sums in one pass
+
+
+def blocked_scan(rows, keys):
+    """The segmented inclusive scan with shapes known while tracing, in ceil(log32 n) levels instead of log2 n
+    passes (for XLA, where each pass is a kernel: 11 for 2048 rows, 3 levels here). A level cuts the rows into
+    blocks of _BLOCK and sums each position's run within its block, adding the block's rows one after the other
+    (a chain of adds and selects that XLA fuses into one kernel); the blocks' last sums are scanned the same way one
+    level up, and each block's first run then gets the sum carried from the block before. Every sum is formed by
+    the same adds in the same order on every run."""
+    import tensorflow as tf
+
+    n = keys.shape[0]
+    flat = tf.reshape(rows, [n, rows.shape[1:].num_elements()])
+    return tf.reshape(_blocked(flat, keys), tf.shape(rows))
+
+
+def _blocked(rows, keys):
+    import tensorflow as tf
+
+    n, width = rows.shape
+    if n <= 1:
+        return rows
+    m = -(-n // _BLOCK)
+    pad = m * _BLOCK - n
+    if pad:  # zero rows under the last key: they join the last run and change no sum at a real row
+        rows = tf.concat([rows, tf.zeros([pad, width], rows.dtype)], 0)
+        keys = tf.concat([keys, tf.fill([pad], keys[-1])], 0)
+    block, block_keys = tf.reshape(rows, [m, _BLOCK, width]), tf.reshape(keys, [m, _BLOCK])
+    at = tf.range(_BLOCK)
+    # in_run[b, j, k]: row k of block b is in row j's run, at or before it (keys are sorted)
+    in_run = (at[None, None, :] <= at[None, :, None]) & tf.equal(block_keys[:, None, :], block_keys[:, :, None])
+    zero = tf.zeros([], rows.dtype)
+    within = tf.where(in_run[:, :, 0, None], block[:, None, 0], zero)
+    for k in range(1, _BLOCK):
+        within = within + tf.where(in_run[:, :, k, None], block[:, None, k], zero)
+    if m > 1:
+        last_keys = block_keys[:, -1]
+        carried = _blocked(within[:, -1], last_keys)  # each block's last run summed over the blocks up to it
+        before = tf.concat([tf.zeros([1, width], rows.dtype), carried[:-1]], 0)
+        continues = tf.equal(block_keys[1:], last_keys[:-1, None])  # a block's first run began before it
+        continues = tf.concat([tf.zeros([1, _BLOCK], tf.bool), continues], 0)
+        within = tf.where(continues[:, :, None], within + before[:, None, :], within)
+    return tf.reshape(within, [m * _BLOCK, width])[:n]
 
 
 def _sorted(keys, rows):
@@ -251,21 +304,23 @@ def _sorted_kernel_sum(rows, ids, num_segments):
 
 
 def _scan_sum(rows, ids, num_segments):
+    """The scan form: each key's sum is its run's last running sum, written to its segment by a segment sum in
+    which every other row is zero (adding zeros in any order gives the same bits, so its atomics do not matter).
+    O(rows + segments): a search of every segment among the keys (the form before) made XLA compare all pairs,
+    503 GiB for 65k ids into 1M rows."""
     import tensorflow as tf
 
     num = tf.cast(num_segments, tf.int64)
     ids = tf.cast(ids, tf.int64)
     keys = tf.where((ids >= 0) & (ids < num), ids, num)  # dropped ids: a segment past the end
-    # One sentinel row, so that the gathers below never index an empty tensor.
+    # One sentinel row (the segment after that), so that no tensor below is empty.
     keys = tf.concat([keys, tf.reshape(num + 1, [1])], 0)
     rows = tf.concat([rows, tf.zeros(tf.concat([[1], tf.shape(rows)[1:]], 0), rows.dtype)], 0)
     _, keys, rows = _sorted(keys, rows)
     sums = segmented_scan(rows, keys)
-    wanted = tf.range(num, dtype=tf.int64)
-    last = tf.maximum(tf.searchsorted(keys, wanted, side="right", out_type=tf.int64) - 1, 0)
-    found = tf.equal(tf.gather(keys, last), wanted)
-    picked = tf.gather(sums, last)
-    return tf.where(_column(found, picked), picked, tf.zeros_like(picked))
+    last = tf.concat([tf.not_equal(keys[:-1], keys[1:]), tf.ones([1], tf.bool)], 0)
+    only_last = tf.where(_column(last, sums), sums, tf.zeros_like(sums))
+    return tf.math.unsorted_segment_sum(only_last, keys, num + 2)[:num]
 
 
 def _as_rows(data, ids):
