@@ -72,7 +72,10 @@ def _load(settings: VerifySettings, starting: dict | None = None) -> _Step:
 
     tf, kind = setup_tensorflow(settings.device)
     for gpu in tf.config.list_physical_devices("GPU"):  # the children share the GPU: take memory as needed
-        tf.config.experimental.set_memory_growth(gpu, True)
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:  # this process started TensorFlow's GPU already (verify called in-process): as it is
+            break
     if settings.variant == "global":
         tf.config.experimental.enable_op_determinism()
     target = load_target(settings.script, settings.step_name, settings.inputs_name)
