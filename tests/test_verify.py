@@ -296,9 +296,9 @@ def test_deterministic_patches_an_xla_loop_body_and_keeps_its_numbers(tmp_path):
         np.testing.assert_allclose(table.numpy(), plain_table, rtol=1e-5, atol=1e-5)
 
 
-def test_a_patched_loop_body_is_the_body_s_own_ops_with_only_the_chosen_ones_turned_into_calls(tmp_path):
-    # A loop runs its body's ops one at a time, every iteration: a body traced again for the patch would add an
-    # Identity per result and a NoOp, each run every iteration (the cost seen on the H200's host-bound loop).
+def test_a_patched_loop_body_keeps_its_own_ops_and_runs_the_patch_inlined_not_as_a_call(tmp_path):
+    # A loop runs its body's ops one at a time, every iteration: a call of the patch there ran as a function of its
+    # own each iteration, and a body traced again would add an Identity per result and a NoOp.
     from opbisect.targets.loader import importable, load_target
 
     script = write_script(tmp_path, "model_step", XLA_LOOP.replace("jit_compile=True", "jit_compile=False"))
@@ -313,7 +313,11 @@ def test_a_patched_loop_body_is_the_body_s_own_ops_with_only_the_chosen_ones_tur
     assert len(patched) == 1
     before = {n.name: n.op for n in original.node_def}
     after = {n.name: n.op for n in patched[0].node_def}
-    assert after == {**before, "while/UnsortedSegmentSum": "StatefulPartitionedCall"}
+    assert {name: after[name] for name in before} == {**before, "while/UnsortedSegmentSum": "IdentityN"}
+    added = {name: op for name, op in after.items() if name not in before}
+    assert added and all(name.startswith("while/UnsortedSegmentSum/opbisect_patch/") for name in added)
+    assert "UnsortedSegmentSum" in added.values()  # the patch's own, on the CPU: its order is fixed there
+    assert not {"PartitionedCall", "StatefulPartitionedCall"} & set(added.values())
 
 
 XENT_LOOP = """

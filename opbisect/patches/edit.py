@@ -1,20 +1,24 @@
-"""A loop or branch body patched in its own FunctionDef: the body TensorFlow traced, with only the chosen nodes
-turned into calls of their patches and its nested bodies pointed at their patched copies.
+"""A loop or branch body patched in its own FunctionDef: the body TensorFlow traced, with each chosen node
+replaced by its patch's ops, inlined, and its nested bodies pointed at their patched copies.
 
-Why not trace the body again (what capture does to add taps): a traced copy gains an Identity per result from
-the import, another per result and a NoOp from automatic control dependencies (which also make every result
-wait for the patch's call), about 25 ops more in the grad_accumulation example's body. A loop runs its body's
-ops one at a time, every iteration: on the H200 that step's loop is host-bound (4.7 ms a step for 0.6 ms of
-device time), and the copy cost more than the patch saved. The edited FunctionDef has the body's own ops, one
-for one. It applies where every node to change is a node of the body's FunctionDef; a node that came from a
-call the trace inlined is not, and that body is traced again instead (`rewrite._rebuilt_body`).
+    chosen node N (op T)  -->  the patch's nodes, named N/opbisect_patch/..., fed by N's inputs and control inputs
+                               N itself: IdentityN of the patch's results (a NoOp where T has none), ordered
+                               after the patch's stateful nodes; consumers' "N:arg:i" become "N:output:k"
+
+Why inline: at the step's top level grappler inlines a call of the patch, but a call inside a loop body stays a
+call, and on a GPU each iteration then runs it as a function of its own (on the H200, about 60 us of host time
+an iteration for BiasAddGrad's one-reduction patch, in a loop that waits for the GPU every iteration).
+Why not trace the body again (what capture does to add taps): the traced copy gains an Identity per result and a
+NoOp, run every iteration too. It applies where every node to change is a node of the body's FunctionDef; a node
+that came from a call the trace inlined is not, and that body is traced again instead (`rewrite._rebuilt_body`).
 """
 
 from __future__ import annotations
 
 import hashlib
 
-CALL_OUTPUT = "output"  # a (Stateful)PartitionedCall's one output argument, a list
+OUTPUT = "output"  # IdentityN's one output argument, a list
+INLINED = "opbisect_patch"  # the scope of a patch's inlined nodes, under the replaced node's name
 
 
 def functions_of(graph_def) -> dict:
@@ -41,29 +45,69 @@ def _output_counts(op) -> list[tuple[str, int]]:
 
 
 def _renamed_outputs(name: str, op) -> dict[str, str]:
-    """FunctionDef references to the op's outputs ("name:arg:i") -> the same tensor of a call ("name:output:k")."""
+    """FunctionDef references to the op's outputs ("name:arg:i") -> the same tensor of an IdentityN
+    ("name:output:k")."""
     renamed, flat = {}, 0
     for arg, count in _output_counts(op):
         for i in range(count):
-            renamed[f"{name}:{arg}:{i}"] = f"{name}:{CALL_OUTPUT}:{flat}"
+            renamed[f"{name}:{arg}:{i}"] = f"{name}:{OUTPUT}:{flat}"
             flat += 1
     return renamed
 
 
-def edited(fdef, calls: dict, pointers: dict):
-    """A copy of `fdef` under a new name: each node `calls` names ({name: (scratch op, node -> None)}) changed by
-    its function, each nested body op `pointers` names ({name: node -> None}) re-pointed."""
+def _inlined(node, patch) -> list:
+    """The nodes that replace `node`: `patch`'s (a FunctionDef of the node's data inputs), then one under the
+    node's own name giving the patch's results."""
+    from tensorflow.core.framework import node_def_pb2
+
+    scope = f"{node.name}/{INLINED}/"
+    data = [i for i in node.input if not i.startswith("^")]
+    controls = [i for i in node.input if i.startswith("^")]
+    args = {a.name: x for a, x in zip(patch.signature.input_arg, data)}
+
+    def source(ref: str) -> str:
+        if ref.startswith("^"):
+            return "^" + scope + ref[1:]
+        return args[ref] if ref in args else scope + ref
+
+    out = []
+    for inner in patch.node_def:
+        new = node_def_pb2.NodeDef()
+        new.CopyFrom(inner)
+        new.name = scope + inner.name
+        new.input[:] = [source(i) for i in inner.input] + controls
+        new.device = new.device or node.device
+        if "_class" in new.attr:  # colocation with the patch's own node names, which changed
+            del new.attr["_class"]
+        out.append(new)
+    results = [source(patch.ret[a.name]) for a in patch.signature.output_arg]
+    last = node_def_pb2.NodeDef(name=node.name, device=node.device, op="IdentityN" if results else "NoOp")
+    last.input.extend(results + ["^" + scope + c for c in patch.control_ret.values()])
+    if results:
+        last.attr["T"].list.type.extend(a.type for a in patch.signature.output_arg)
+    return out + [last]
+
+
+def edited(fdef, patches: dict, pointers: dict):
+    """A copy of `fdef` under a new name: each node `patches` names ({name: (scratch op, patch FunctionDef)})
+    replaced by the patch's nodes, each nested body op `pointers` names ({name: node -> None}) re-pointed."""
     from tensorflow.core.framework import function_pb2
 
     out = function_pb2.FunctionDef()
     out.CopyFrom(fdef)
-    nodes = {n.name: n for n in out.node_def}
     renamed: dict[str, str] = {}
-    for name, (op, change) in calls.items():
-        renamed.update(_renamed_outputs(name, op))
-        change(nodes[name])
-    for name, change in pointers.items():
-        change(nodes[name])
+    kept = []
+    for node in out.node_def:
+        if node.name in patches:
+            op, patch = patches[node.name]
+            renamed.update(_renamed_outputs(node.name, op))
+            kept += _inlined(node, patch)
+        else:
+            if node.name in pointers:
+                pointers[node.name](node)
+            kept.append(node)
+    del out.node_def[:]
+    out.node_def.extend(kept)
     for node in out.node_def:
         node.input[:] = [renamed.get(i, i) for i in node.input]
     for key in list(out.ret):

@@ -90,8 +90,6 @@ def _call_node(node, concrete, input_dtypes) -> None:
     node.attr["Tin"].list.CopyFrom(types(type=[d.as_datatype_enum for d in input_dtypes]))
     node.attr["Tout"].list.CopyFrom(types(type=[t.dtype.as_datatype_enum for t in concrete.outputs]))
     node.attr["f"].func.name = concrete.function_def.signature.name
-    for key in ("config", "config_proto", "executor_type"):  # a FunctionDef's nodes get no default attributes
-        node.attr[key].s = b""
 
 
 def _add_to_library(graph_def, concrete) -> None:
@@ -198,11 +196,11 @@ def rewrite(trace, chosen: dict[str, list[str]], edit_bodies: bool = True) -> Re
         fdef = library.get(region.function)
         children = [trace.regions[c].op for c in inner.get(rid, ())]
         if edit_bodies and fdef is not None and edit.editable(fdef, local + children):
-            calls = {name: (op, lambda node, op=op, f=f: _call_node(node, f, [t.dtype for t in op.inputs]))
-                     for name, (op, f) in _patched_calls(region.graph_def, local, rid, xla, out).items()}
+            patches = {name: (op, f.function_def)
+                       for name, (op, f) in _patched_calls(region.graph_def, local, rid, xla, out).items()}
             pointers = {trace.regions[c].op: lambda node, c=c: _point_at(node, trace.regions[c].suffix, names[c])
                         for c in inner.get(rid, ())}
-            bodies.append(edit.edited(fdef, calls, pointers))
+            bodies.append(edit.edited(fdef, patches, pointers))
             names[rid] = bodies[-1].signature.name
         else:
             concrete = _rebuilt_body(region, pointed(replace_nodes(region.graph_def, local, rid, xla, out), rid), out)
