@@ -58,17 +58,11 @@ def _rank(x):
 
 
 def segmented_scan(rows, keys):
-    """The inclusive running sum of `rows` within each run of equal `keys` (sorted), in a fixed order: by blocks
-    where the shapes are known while tracing (`blocked_scan`), else by doubling (`doubling_scan`)."""
-    if keys.shape[0] is not None and rows.shape[1:].is_fully_defined():
-        return blocked_scan(rows, keys)
-    return doubling_scan(rows, keys)
+    """The inclusive running sum of `rows` within each run of equal `keys` (sorted), in a fixed tree order.
 
-
-def doubling_scan(rows, keys):
-    """The segmented inclusive scan by doubling (Hillis-Steele): log2(n) passes over all the rows. With the row
-    count known while tracing they are unrolled (no loop to run on the host between kernels); otherwise they run in
-    a tf.while_loop."""
+    With the row count known while tracing, the log2(n) doubling passes are unrolled (no loop to run on the
+    host between kernels; XLA fuses them: 8 kernels in all for 2048 rows on the H200); otherwise they run in a
+    tf.while_loop. (A scan by blocks of 32 rows, log32 n levels, was tried in session 15: the same device time.)"""
     import tensorflow as tf
 
     n = tf.shape(keys)[0]
@@ -88,52 +82,6 @@ def doubling_scan(rows, keys):
     _, sums = tf.while_loop(lambda offset, _: offset < n, lambda offset, x: (offset * 2, step(offset, x)),
                             [tf.constant(1), rows])
     return sums
-
-
-_BLOCK = 32  # rows a block of `blocked_scan` sums in one pass
-
-
-def blocked_scan(rows, keys):
-    """The segmented inclusive scan with shapes known while tracing, in ceil(log32 n) levels instead of log2 n
-    passes (for XLA, where each pass is a kernel: 11 for 2048 rows, 3 levels here). A level cuts the rows into
-    blocks of _BLOCK and sums each position's run within its block, adding the block's rows one after the other
-    (a chain of adds and selects that XLA fuses into one kernel); the blocks' last sums are scanned the same way one
-    level up, and each block's first run then gets the sum carried from the block before. Every sum is formed by
-    the same adds in the same order on every run."""
-    import tensorflow as tf
-
-    n = keys.shape[0]
-    flat = tf.reshape(rows, [n, rows.shape[1:].num_elements()])
-    return tf.reshape(_blocked(flat, keys), tf.shape(rows))
-
-
-def _blocked(rows, keys):
-    import tensorflow as tf
-
-    n, width = rows.shape
-    if n <= 1:
-        return rows
-    m = -(-n // _BLOCK)
-    pad = m * _BLOCK - n
-    if pad:  # zero rows under the last key: they join the last run and change no sum at a real row
-        rows = tf.concat([rows, tf.zeros([pad, width], rows.dtype)], 0)
-        keys = tf.concat([keys, tf.fill([pad], keys[-1])], 0)
-    block, block_keys = tf.reshape(rows, [m, _BLOCK, width]), tf.reshape(keys, [m, _BLOCK])
-    at = tf.range(_BLOCK)
-    # in_run[b, j, k]: row k of block b is in row j's run, at or before it (keys are sorted)
-    in_run = (at[None, None, :] <= at[None, :, None]) & tf.equal(block_keys[:, None, :], block_keys[:, :, None])
-    zero = tf.zeros([], rows.dtype)
-    within = tf.where(in_run[:, :, 0, None], block[:, None, 0], zero)
-    for k in range(1, _BLOCK):
-        within = within + tf.where(in_run[:, :, k, None], block[:, None, k], zero)
-    if m > 1:
-        last_keys = block_keys[:, -1]
-        carried = _blocked(within[:, -1], last_keys)  # each block's last run summed over the blocks up to it
-        before = tf.concat([tf.zeros([1, width], rows.dtype), carried[:-1]], 0)
-        continues = tf.equal(block_keys[1:], last_keys[:-1, None])  # a block's first run began before it
-        continues = tf.concat([tf.zeros([1, _BLOCK], tf.bool), continues], 0)
-        within = tf.where(continues[:, :, None], within + before[:, None, :], within)
-    return tf.reshape(within, [m * _BLOCK, width])[:n]
 
 
 def _sorted(keys, rows):
