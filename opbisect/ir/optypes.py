@@ -8,9 +8,10 @@ Every rule that depends on an op's type reads this table (as JAX's rule tables a
   its algorithm), PYTHON (runs Python code), RNG_STATE (draws from a tf.random.Generator's state variable, which
   is restored like any variable), COLLECTIVE (a cross-replica reduction or gather: its resource input orders the
   collectives, it holds no state), FUSED (what XLA compiles into its neighbours with no order to choose:
-  element-wise arithmetic, casts, comparisons, selects, reshapes, slices, broadcasts, concatenations, identities,
-  constants, and a variable's plain read and assignments; no reduction, no atomics, so its inputs and the state it
-  reads fix its result bit for bit), and the tf.data roles PARALLEL_DATASET and SHUFFLE_DATASET;
+  element-wise arithmetic (AddN too: XLA adds its inputs one after the other, in their order), casts, comparisons,
+  selects, reshapes, slices, broadcasts, concatenations, identities, constants, and a variable's plain read and
+  assignments; no reduction, no atomics, so its inputs and the state it reads fix its result bit for bit), and the
+  tf.data roles PARALLEL_DATASET and SHUFFLE_DATASET;
 - remedy: one line on what to do when an op of this type is a source;
 - patch: the key of its deterministic replacement in the patch library (empty while there is none).
 A stateful op with a resource input that is not a READ is a write (conservative: scatters and RNG state
@@ -124,7 +125,7 @@ _ROLES: dict[str, tuple[str, ...]] = {
             "Expm1", "Log", "Log1p", "Tanh", "TanhGrad", "Sigmoid", "SigmoidGrad", "Relu", "ReluGrad", "Relu6",
             "Relu6Grad", "Elu", "EluGrad", "Selu", "Softplus", "Erf", "Erfc", "Floor", "Ceil", "Round", "BiasAdd",
             "Less", "LessEqual", "Greater", "GreaterEqual", "Equal", "NotEqual", "LogicalAnd", "LogicalOr",
-            "LogicalNot", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "IsFinite", "IsNan", "ClipByValue"),
+            "LogicalNot", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "IsFinite", "IsNan", "ClipByValue", "AddN"),
     PARALLEL_DATASET: ("ParallelMapDataset", "ParallelMapDatasetV2", "ParallelInterleaveDatasetV2",
                        "ParallelInterleaveDatasetV3", "ParallelInterleaveDatasetV4", "ParallelBatchDataset",
                        "MapAndBatchDataset", "ParallelFilterDataset"),

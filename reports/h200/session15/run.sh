@@ -8,6 +8,10 @@
 #   bash reports/h200/session15/run.sh patch    # build; the GPU tests; the XLA segment sum by scan; grad_accumulation
 #                                               # and the XLA BERT-like fit step, patched against plain
 #   bash reports/h200/session15/run.sh resnet   # the XLA ResNet50 scale row (reads, assignments, IdentityN untapped)
+# Second lease, after the first showed the blocked scan no quicker than the doubling one (reverted) and the body's
+# copy no cheaper than its retrace (a call of the patch inside a loop body stays a call; now its nodes are inlined):
+#   bash reports/h200/session15/run.sh inline   # build; the GPU tests; grad_accumulation patched against plain
+#   bash reports/h200/session15/run.sh bodies   # verify: the XLA BERT-like fit step, the two sources in a cond
 set -u
 SESSION=session15 PHASE=${1:-patch}
 source reports/h200/lib.sh
@@ -20,6 +24,16 @@ if [ "$PHASE" = patch ]; then
   run bert_like_fit-overhead 90 python3 benchmarks/patch_overhead.py examples/bert_like_fit.py \
     reports/h200/bert_like_fit/sources.csv --device gpu --steps 60
   verify bert_like_fit 130
+elif [ "$PHASE" = inline ]; then
+  run tests 200 python3 -m pytest -q -p no:cacheprovider tests/test_combine.py tests/test_verify.py \
+    -k "combine or loop or body or inlined or two_named or cond"
+  overhead grad_accumulation 60
+  verify grad_accumulation 80
+elif [ "$PHASE" = bodies ]; then
+  verify grad_accumulation 80
+  verify mixed_precision_fit 90
+  verify bert_like_fit_mixed 150
+  verify bert_like_fit 150
 elif [ "$PHASE" = resnet ]; then
   OPBISECT_XLA=1 run scale_resnet50_xla 560 python3 benchmarks/scale.py --script examples/resnet50.py --device gpu
 fi
