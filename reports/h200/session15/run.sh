@@ -10,8 +10,11 @@
 #   bash reports/h200/session15/run.sh resnet   # the XLA ResNet50 scale row (reads, assignments, IdentityN untapped)
 # Second lease, after the first showed the blocked scan no quicker than the doubling one (reverted) and the body's
 # copy no cheaper than its retrace (a call of the patch inside a loop body stays a call; now its nodes are inlined):
-#   bash reports/h200/session15/run.sh inline   # build; the GPU tests; grad_accumulation patched against plain
-#   bash reports/h200/session15/run.sh bodies   # verify: the XLA BERT-like fit step, the two sources in a cond
+#   bash reports/h200/session15/run.sh inline   # build; the GPU tests; the XLA segment sum's kernels; grad_accumulation
+#                                               # patched against plain
+#   bash reports/h200/session15/run.sh bodies   # verify: a source in a cond (mixed precision), the XLA BERT-like
+#                                               # fit step (its segment sums now written without the search)
+#   bash reports/h200/session15/run.sh resnet   # again, with AddN untapped under XLA (562 -> 440 taps)
 set -u
 SESSION=session15 PHASE=${1:-patch}
 source reports/h200/lib.sh
@@ -27,12 +30,11 @@ if [ "$PHASE" = patch ]; then
 elif [ "$PHASE" = inline ]; then
   run tests 200 python3 -m pytest -q -p no:cacheprovider tests/test_combine.py tests/test_verify.py \
     -k "combine or loop or body or inlined or two_named or cond"
+  run xla_segment_sum 100 python3 benchmarks/xla_segment_sum.py --device gpu
   overhead grad_accumulation 60
   verify grad_accumulation 80
 elif [ "$PHASE" = bodies ]; then
-  verify grad_accumulation 80
   verify mixed_precision_fit 90
-  verify bert_like_fit_mixed 150
   verify bert_like_fit 150
 elif [ "$PHASE" = resnet ]; then
   OPBISECT_XLA=1 run scale_resnet50_xla 560 python3 benchmarks/scale.py --script examples/resnet50.py --device gpu
