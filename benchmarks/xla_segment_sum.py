@@ -1,5 +1,6 @@
-"""The segment-sum patch under XLA (sort, doubling scan, a segment sum of zeros and each key's sum) against XLA's
-own atomic segment sum, side by side in one run: device time per call (each compiled function alone, under
+"""The segment-sum patch under XLA (sort, doubling scan, a segment sum of zeros and each key's sum), its keys
+sorted by tf.argsort (a TopKV2 under XLA) or packed with their positions and sorted by XLA's plain Sort, against
+XLA's own atomic segment sum, side by side in one run: device time per call (each compiled function alone, under
 TensorFlow's profiler), kernels per call, distinct results in 20 calls, and the largest difference from a float64
 sum. (Session 15 also timed a scan by blocks of 32 rows here: the same device time, so it was not kept.)
 
@@ -37,7 +38,10 @@ def _variants(num: int):
 
     return {"XLA's segment sum (atomic)": tf.function(lambda r, i: tf.math.unsorted_segment_sum(r, i, num),
                                                       jit_compile=True),
-            "the patch (scan form)": tf.function(lambda r, i: reductions._scan_sum(r, i, num), jit_compile=True)}
+            "the patch, argsort": tf.function(lambda r, i: reductions._scan_sum(r, i, num, xla=False),
+                                              jit_compile=True),
+            "the patch (packed keys sorted)": tf.function(lambda r, i: reductions._scan_sum(r, i, num, xla=True),
+                                                          jit_compile=True)}
 
 
 def main(argv: list[str]) -> int:

@@ -118,6 +118,13 @@ def register_function_def(fdef) -> None:
         ctx.add_function_def(fdef)
 
 
+def xla_sort(x):
+    """XLA's own Sort of a vector, ascending, with a plain comparison (only inside an XLA cluster)."""
+    from tensorflow.compiler.tf2xla.python import xla
+
+    return xla.sort(x)
+
+
 def pack_outputs(concrete, flat: list):
     """A concrete function's flat output tensors packed as the function returns them (dicts, tuples, Nones)."""
     return concrete.function_type.pack_output(list(flat))

@@ -253,7 +253,17 @@ def test_the_combine_the_sorted_kernels_and_the_doubling_scan_are_the_segment_su
     for form in ("gpu", "gpu-tf"):
         (got,) = patched("UnsortedSegmentSum", form, data, ids, tf.constant(segments))
         assert bitwise(got, want), form
-    assert bitwise(tf.function(reductions._scan_sum)(data, ids, tf.constant(segments)).numpy(), want)
+    assert bitwise(tf.function(reductions._scan_sum)(data, ids, tf.constant(segments), False).numpy(), want)
+    # under XLA the keys are sorted packed with their positions, by XLA's own sort
+    assert bitwise(tf.function(reductions._scan_sum, jit_compile=True)(data, ids, segments, True).numpy(), want)
+
+
+def test_under_xla_the_packed_sort_gives_the_stable_order_of_any_int_keys(rng):
+    keys = rng.integers(-5, 6, 3001).astype(np.int32)  # many repeats, negative keys too
+    order, ordered = tf.function(reductions.sort_order, jit_compile=True)(tf.constant(keys))
+    np.testing.assert_array_equal(order.numpy(), np.argsort(keys, kind="stable"))
+    np.testing.assert_array_equal(ordered.numpy(), np.sort(keys))
+    assert ordered.dtype == tf.int32
 
 
 @pytest.mark.parametrize("size", [7, 2 ** 30 + 1])  # 2**30 + 1 keys leave room for one chunk only (int32)

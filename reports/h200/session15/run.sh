@@ -15,6 +15,9 @@
 #   bash reports/h200/session15/run.sh bodies   # verify: a source in a cond (mixed precision), the XLA BERT-like
 #                                               # fit step (its segment sums now written without the search)
 #   bash reports/h200/session15/run.sh resnet   # again, with AddN untapped under XLA (562 -> 440 taps)
+# Third lease (the device time left, 337 s: no build), after the second showed the sort (a TopKV2) half the XLA
+# segment sum's device time:
+#   bash reports/h200/session15/run.sh sort     # the XLA segment sum, argsort against the packed keys' plain sort
 set -u
 SESSION=session15 PHASE=${1:-patch}
 source reports/h200/lib.sh
@@ -36,6 +39,8 @@ elif [ "$PHASE" = inline ]; then
 elif [ "$PHASE" = bodies ]; then
   verify mixed_precision_fit 90
   verify bert_like_fit 150
+elif [ "$PHASE" = sort ]; then
+  run xla_segment_sum 100 python3 benchmarks/xla_segment_sum.py --device gpu
 elif [ "$PHASE" = resnet ]; then
   OPBISECT_XLA=1 run scale_resnet50_xla 560 python3 benchmarks/scale.py --script examples/resnet50.py --device gpu
 fi
