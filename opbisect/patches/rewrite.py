@@ -2,10 +2,11 @@
 
     chosen node  --(PATCHES[node.op].build traced over the node's input specs)-->  a function F
     the node     becomes  StatefulPartitionedCall(F) with the same name, inputs, control inputs and device
-So every consumer (`name:i`, `^name`) is untouched. A node inside a loop or branch body is replaced in a copy
-of that body's FunctionDef (`edit`: the body's own ops, one for one), or, where the node came from a call the trace
-inlined, in the body's flat GraphDef traced again as a new function (the machinery capture uses to put taps in
-bodies); the loop or branch op (in its parent, up to the step's top level) is pointed at the copy.
+So every consumer (`name:i`, `^name`) is untouched (grappler inlines F at the top level). A node inside a loop or
+branch body is replaced in a copy of that body's FunctionDef by F's own nodes, inlined (`edit`: a call there would
+stay a call, run as a function every iteration), or, where the node came from a call the trace inlined, by a call
+in the body's flat GraphDef traced again as a new function (the machinery capture uses to put taps in bodies); the
+loop or branch op (in its parent, up to the step's top level) is pointed at the copy.
 """
 
 from __future__ import annotations
@@ -105,6 +106,8 @@ def _patched_calls(graph_def, names: list[str], region: str, xla: bool, rewrite:
     patch; the others noted in `rewrite.skipped`."""
     import tensorflow as tf
 
+    if not names:  # the scope's import below costs seconds at the top level of a large step
+        return {}
     scratch = tf.Graph()
     with scratch.as_default():
         tf.graph_util.import_graph_def(graph_def, name="")
