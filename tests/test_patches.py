@@ -283,7 +283,7 @@ def test_the_first_stage_sums_each_key_within_chunks_of_consecutive_rows(rng, si
 def test_rows_unknown_while_tracing_take_the_loop_form_of_the_scan(rng):
     data = tf.constant(rng.normal(size=(777, 3)).astype(np.float32))
     ids = tf.constant(rng.integers(0, 5, 777).astype(np.int32))
-    fn = tf.function(lambda d, i: reductions._scan_sum(d, i, tf.constant(5)),
+    fn = tf.function(lambda d, i: reductions._scan_sum(d, i, tf.constant(5), False),
                      input_signature=[tf.TensorSpec([None, 3]), tf.TensorSpec([None], tf.int32)])
     assert {"While", "StatelessWhile"} & {op.type for op in fn.get_concrete_function().graph.get_operations()}
     np.testing.assert_allclose(fn(data, ids).numpy(), tf.math.unsorted_segment_sum(data, ids, 5).numpy(), rtol=RTOL)
