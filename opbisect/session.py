@@ -262,7 +262,7 @@ def _patched(settings: TraceSettings, target, trace) -> tuple:
     from .patches.step import PatchedStep
     from .trace.trace import trace_step
 
-    step = PatchedStep(trace, choose(trace.graph, settings.patch))
+    step = PatchedStep(trace, choose(trace.graph, settings.patch), for_tracing=True)  # rewritten once
     first = trace.graph
     patched_target = dataclasses.replace(target, step=step.as_function(), fit=None)
     trace = trace_step(patched_target, target.make_inputs())

@@ -118,6 +118,18 @@ def register_function_def(fdef) -> None:
         ctx.add_function_def(fdef)
 
 
+def traced_functions(source) -> dict:
+    """{name: function} of the functions the FuncGraph `source` holds (loop and branch bodies, conditions) with
+    their traced graphs: a trace enters a body through those (`function_graph`). A FunctionDef imported with a
+    GraphDef has none, and replaces the one of its name in the importing graph: leave those out of the import."""
+    return dict(getattr(source, "_functions", {}))
+
+
+def add_functions(graph, functions) -> None:
+    for f in functions:
+        graph._add_function_recursive(f)  # skips a name the graph has
+
+
 def xla_sort(x):
     """XLA's own Sort of a vector, ascending, with a plain comparison (only inside an XLA cluster)."""
     from tensorflow.compiler.tf2xla.python import xla

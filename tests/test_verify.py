@@ -120,6 +120,17 @@ def test_trace_with_patch_finds_the_source_the_patched_one_hid(tmp_path, monkeyp
     assert code == 0 and record["replaced"] == ["first", "second"]
 
 
+def test_trace_with_patch_enters_a_patched_body_and_finds_nothing_left(tmp_path, constant_random):
+    script = write_script(tmp_path, "model_step", NOISE_IN_COND_IN_WHILE)
+    t = trace(script, tmp_path / "reports", runs=3, replay=False, patch="RandomUniform")
+    body = "while/body::while/cond/then_branch::"
+    assert t.code == 0 and t.sources == []
+    assert t.record.meta.patched == [f"{body}while/cond/noise/RandomUniform"]
+    regions = {n["id"].rsplit("::", 1)[0] for n in t.record.graph["nodes"] if "::" in n["id"]}
+    # both branches entered, under the step's own op names (a second report's CSV names what the first did)
+    assert regions == {"while/body", "while/body::while/cond/then_branch", "while/body::while/cond/else_branch"}
+
+
 def test_verify_exits_1_when_the_patch_misses_the_source_and_reports_the_global_switch(tmp_path):
     script = write_script(tmp_path, "model_step", NOISE_STEP)
     done = cli("verify", str(script), "--patch", "BiasAddGrad", "--runs", "3", "--timing-runs", "6", "--out",

@@ -27,23 +27,27 @@ class Rewrite:
     replaced: list[str]  # op ids replaced
     skipped: dict[str, str]  # op id -> why it was left alone
     bodies: list = dataclasses.field(default_factory=list)  # bodies patched in their FunctionDefs (`edit`)
+    traced: dict = dataclasses.field(default_factory=dict)  # the step's own functions, traced (tfcompat)
 
     def register(self, graph) -> None:
         for f in self.functions:
             f.add_to_graph(graph)
+        tfcompat.add_functions(graph, self.traced.values())
         for fdef in self.bodies:
             tfcompat.register_function_def(fdef)
 
-    def without_own_functions(self):
-        """The GraphDef without the functions `register` adds: imported from the library, they would shadow the
-        traced ones, whose graphs a later trace inlines."""
+    def without_own_functions(self, graph_def=None):
+        """`graph_def` (the patched step's by default) without the functions `register` adds: imported from the
+        library, they would replace the traced ones, whose graphs a later trace inlines or enters (a loop's
+        condition, a branch left unpatched, a body traced again)."""
         from tensorflow.core.framework import graph_pb2
 
-        own = {f.function_def.signature.name for f in self.functions}
+        graph_def = self.graph_def if graph_def is None else graph_def
+        own = {f.function_def.signature.name for f in self.functions} | set(self.traced)
         gd = graph_pb2.GraphDef()
-        gd.CopyFrom(self.graph_def)
+        gd.CopyFrom(graph_def)
         del gd.library.function[:]
-        gd.library.function.extend(f for f in self.graph_def.library.function if f.signature.name not in own)
+        gd.library.function.extend(f for f in graph_def.library.function if f.signature.name not in own)
         return gd
 
 
@@ -144,13 +148,11 @@ def _rebuilt_body(region, graph_def, rewrite: Rewrite):
 
     from ..capture.taps import graph_importer
 
-    run = graph_importer(graph_def, list(region.arg_names), list(region.output_names), "body")
-    functions = list(rewrite.functions)
+    run = graph_importer(rewrite.without_own_functions(graph_def), list(region.arg_names),
+                         list(region.output_names), "")  # the body's own op names, for a trace of it
 
     def body(*args):
-        graph = tf.compat.v1.get_default_graph()
-        for f in functions:
-            f.add_to_graph(graph)
+        rewrite.register(tf.compat.v1.get_default_graph())
         return [tf.identity(v) for v in run({f"{a}:0": x for a, x in zip(region.arg_names, args)})]
 
     sig = [tf.TensorSpec(shape, dtype) for dtype, shape in region.arg_specs]
@@ -175,7 +177,8 @@ def rewrite(trace, chosen: dict[str, list[str]], edit_bodies: bool = True) -> Re
     traces every body again, for a step that is traced once more (`trace --patch`), whose trace enters bodies
     through their traced graphs."""
     xla = bool(trace.jit_compile)
-    out = Rewrite(graph_def=None, functions=[], replaced=[], skipped={})
+    out = Rewrite(graph_def=None, functions=[], replaced=[], skipped={},
+                  traced=tfcompat.traced_functions(trace.concrete.graph))
     dirty, inner = set(), {}  # regions on the way to a chosen node; each scope's dirty bodies
     for region in chosen:
         while region:

@@ -11,7 +11,9 @@ from .selection import Choice
 class PatchedStep:
     """Called like the step (same arguments, same outputs); runs the patched graph."""
 
-    def __init__(self, trace, choice: Choice):
+    def __init__(self, trace, choice: Choice, for_tracing: bool = False):
+        """`for_tracing`: the step is to be traced again (`as_function`, for `trace --patch`), so its patched
+        bodies are traced again around calls of the patches, which that trace can enter, not edited."""
         import tensorflow as tf
 
         from ..capture.taps import step_importer
@@ -20,7 +22,7 @@ class PatchedStep:
             raise UsageError(f"--patch names {len(choice.unmatched)} op(s) this step does not have, e.g. "
                              f"{choice.unmatched[0]} (is the report from another version of the script?)")
         self.trace, self.choice = trace, choice
-        self.rewrite = rewrite(trace, choice.by_region())
+        self.rewrite = rewrite(trace, choice.by_region(), edit_bodies=not for_tracing)
         body = step_importer(trace, self.rewrite.graph_def, self.rewrite.register, list(trace.output_names))
         self.fn = tf.function(body, autograph=False, jit_compile=trace.jit_compile)
         self.concrete = None
@@ -51,7 +53,8 @@ class PatchedStep:
 
         from ..capture.taps import step_importer
 
-        retraced = rewrite(self.trace, self.choice.by_region(), edit_bodies=False)  # its trace enters bodies
+        retraced = self.rewrite if not self.rewrite.bodies else \
+            rewrite(self.trace, self.choice.by_region(), edit_bodies=False)  # a trace cannot enter an edited body
         body = step_importer(self.trace, retraced.without_own_functions(), retraced.register,
                              list(self.trace.output_names), scope="")
 
