@@ -256,6 +256,68 @@ def test_the_combine_the_sorted_kernels_and_the_doubling_scan_are_the_segment_su
     assert bitwise(tf.function(reductions._scan_sum)(data, ids, tf.constant(segments), False).numpy(), want)
     # under XLA the keys are sorted packed with their positions, by XLA's own sort
     assert bitwise(tf.function(reductions._scan_sum, jit_compile=True)(data, ids, segments, True).numpy(), want)
+    assert bitwise(tf.function(reductions.fixed_point_sum, jit_compile=True)(data, ids, segments).numpy(), want)
+
+
+def exact_sum(data, ids, segments):
+    """The segment sum in float64 (exact for these sizes), rounded once to data's dtype; ids out of range dropped."""
+    want = np.zeros((segments,) + data.shape[1:])
+    kept = (ids >= 0) & (ids < segments)
+    np.add.at(want, ids[kept], data[kept].astype(np.float64))
+    return want.astype(data.dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, tf.bfloat16.as_numpy_dtype])
+def test_under_xla_the_fixed_point_sum_is_the_exact_sum_rounded_once(rng, dtype):
+    # magnitudes spread over 2**-14 .. 2**14 between rows, Zipf ids (a few segments with hundreds of rows), ids
+    # below and past the end (dropped); float16 kept within its range
+    spread = 3 if dtype == np.float16 else 10
+    data = (rng.normal(size=(2048, 16)) * np.exp2(rng.uniform(-spread, spread, (2048, 1)))).astype(dtype)
+    ids = (np.minimum(rng.zipf(1.3, 2048), 502) - 2).astype(np.int32)
+    fn = tf.function(reductions.fixed_point_sum, jit_compile=True)
+    got = fn(tf.constant(data), tf.constant(ids), 500).numpy()
+    assert bitwise(got, exact_sum(data, ids, 500))
+    # TensorFlow's own sum, in its order, is not: the fixed form is the more exact of the two
+    kept = (ids >= 0) & (ids < 500)
+    plain = tf.math.unsorted_segment_sum(data[kept], ids[kept], 500).numpy()
+    assert dtype != np.float32 or not bitwise(plain, exact_sum(data, ids, 500))
+
+
+def test_the_fixed_point_sum_keeps_infinities_and_nans_where_the_op_puts_them():
+    inf, nan = np.inf, np.nan
+    data = np.array([[1, inf, inf, nan, 1, -inf], [2, -inf, 1, 1, -0.0, -inf], [3, 0, inf, 2, -0.0, 5]], np.float32)
+    ids = np.array([0, 0, 1], np.int32)
+    got = tf.function(reductions.fixed_point_sum, jit_compile=True)(data, ids, 3).numpy()
+    want = tf.math.unsorted_segment_sum(data, ids, 3).numpy()
+    np.testing.assert_array_equal(got, want)  # NaN where the op has NaN
+    assert np.isnan(got).sum() == 2 and np.isinf(got).sum() == 3
+
+
+def test_the_fixed_point_sums_gradient_is_the_ops(rng):
+    data = tf.constant(rng.normal(size=(300, 4)).astype(np.float32))
+    ids = tf.constant(rng.integers(-1, 9, 300).astype(np.int32))  # -1: dropped, its rows get zeros
+    weight = tf.constant(rng.normal(size=(9, 4)).astype(np.float32))
+
+    @tf.function(jit_compile=True)
+    def gradients(x):
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            ours = tf.reduce_sum(reductions.fixed_point_sum(x, ids, 9) * weight)
+            op = tf.reduce_sum(tf.math.unsorted_segment_sum(x, ids, 9) * weight)
+        return tape.gradient(ours, x), tape.gradient(op, x)
+
+    ours, op = gradients(data)
+    assert bitwise(ours.numpy(), op.numpy()) and not ours.numpy()[ids.numpy() < 0].any()
+
+
+def test_under_xla_a_segment_sum_far_larger_than_its_input_takes_the_scan(rng):
+    ctx = PatchContext(op_type="UnsortedSegmentSum", attrs={}, xla=True, on_cpu=False)
+    data = tf.constant(rng.normal(size=(64, 4)).astype(np.float32))
+    ids = tf.constant(rng.integers(0, 64, 64).astype(np.int32))
+    for num, sorts in [(256, False), (257, True)]:  # _FIXED_MAX_GROWTH = 4 rows out per row in
+        fn = tf.function(lambda d, i, num=num: reductions.segment_sum(d, i, num, ctx))
+        types = {op.type for op in fn.get_concrete_function(data, ids).graph.get_operations()}
+        assert ("XlaSort" in types) == sorts and ("UnsortedSegmentMax" in types) != sorts
 
 
 def test_under_xla_the_packed_sort_gives_the_stable_order_of_any_int_keys(rng):

@@ -1,6 +1,6 @@
 """Sums whose order a GPU's atomics or a CPU's threads pick: segment sums and scatters with duplicate indices.
 
-Every one becomes a sum per key in a fixed order, built four ways (`_path` picks one per node):
+Every one becomes a sum per key that no order can change, built five ways (`_path` picks one per node):
 - **combine** (a GPU outside XLA, floating dtypes): opbisect's own op, `OpbisectCombine` (opbisect/kernels,
   combine.h): a stable radix sort of the keys, each key's rows added in chunks of consecutive rows, then the
   chunks' sums, each add in a fixed place; one row per distinct key, padded to the input's size, so nothing waits
@@ -12,9 +12,16 @@ Every one becomes a sum per key in a fixed order, built four ways (`_path` picks
   stable radix sort of the keys, then `SegmentReduceGPU` (one thread per output element adds its segment's rows
   in order), always, with no switch: `segment_reduction_ops_gpu.cu.h` calls it deterministic. They size their
   output from the count of distinct keys, which waits for the GPU: slower than the combine.
-- **scan** (under XLA, and any other dtype): sort the rows by key (a stable sort), then a segmented inclusive
-  scan by doubling (Hillis-Steele), in which every row's partial sum is formed by the same adds in the same tree
-  order on every run. Only sorts, gathers, `where` and elementwise adds: no atomics, no repeated scatter index.
+- **fixed** (a segment sum of float32, float16 or bfloat16 under XLA, its output at most `_FIXED_MAX_GROWTH`
+  times its input): each row scaled by a power of two taken from its segment's largest magnitude, rounded to an
+  int64, and the integers added by XLA's own scatter. Integer adds give the same bits in any order, so its atomics
+  no longer matter; and with 62 - ceil(log2 n) bits of each segment's range kept, the sum is the exact sum rounded
+  to the dtype (about 2**-50 of the segment's largest input lost at 2048 rows: finer than the dtype). Infinities
+  and NaNs are summed apart (zeros, infinities and NaNs give the same result in any order).
+- **scan** (under XLA otherwise, and any other dtype): sort the rows by key (a stable sort), then a segmented
+  inclusive scan by doubling (Hillis-Steele), in which every row's partial sum is formed by the same adds in the
+  same tree order on every run. Only sorts, gathers, `where` and elementwise adds: no atomics, no repeated
+  scatter index.
 - **cpu**: TensorFlow's own unsorted_segment_sum is already order-fixed on a CPU (each thread owns a range of
   output rows and adds the input rows into them in input order), and O(n).
 None is NVIDIA's float64 upcast (which was shown not to be deterministic): the sum stays in a fixed order.
@@ -108,11 +115,18 @@ def sort_order(keys):
 _SORT_KERNEL_DTYPES = ("float16", "bfloat16", "float32", "float64")  # TF's GPU kernels of the two ops
 
 
+_FIXED_DTYPES = ("float16", "bfloat16", "float32")  # 62 bits hold a float32's 24 and its sum's headroom, not a float64's
+_FIXED_MAX_GROWTH = 4  # output rows per input row, past which the fixed form's int64 buffer costs more than a sort
+
+
 def _path(ctx, dtype) -> str:
-    """Which of the four forms above a node gets: "cpu", "combine", "sorted" or "scan"."""
+    """Which of the forms above a node gets: "cpu", "combine", "sorted", "fixed" or "scan" (a segment sum's "fixed"
+    becomes "scan" where its output is much larger than its input: `segment_sum`)."""
     if ctx.on_cpu:
         return "cpu"
-    if ctx.xla or dtype.name not in _SORT_KERNEL_DTYPES:
+    if ctx.xla:
+        return "fixed" if dtype.name in _FIXED_DTYPES else "scan"
+    if dtype.name not in _SORT_KERNEL_DTYPES:
         return "scan"
     return "combine" if ctx.own_kernels and own_ops() is not None else "sorted"
 
@@ -147,7 +161,17 @@ def segment_sum(rows, ids, num_segments, ctx):
         return _combined_sum(rows, ids, num_segments)
     if path == "sorted":
         return _sorted_kernel_sum(rows, ids, num_segments)
+    if path == "fixed" and not _sparse_output(rows, num_segments):
+        return fixed_point_sum(rows, ids, num_segments)
     return _scan_sum(rows, ids, num_segments, ctx.xla)
+
+
+def _sparse_output(rows, num_segments) -> bool:
+    """Whether the output has more than _FIXED_MAX_GROWTH times the input's rows (both known while tracing)."""
+    import tensorflow as tf
+
+    num = tf.get_static_value(num_segments)
+    return num is not None and rows.shape[0] is not None and int(num) > _FIXED_MAX_GROWTH * max(rows.shape[0], 1)
 
 
 def _negative_outside(keys, num):
@@ -255,14 +279,60 @@ def _sorted_kernel_sum(rows, ids, num_segments):
         total = tf.raw_ops.SparseSegmentSumGrad(grad=partial, indices=partial_keys,
                                                 segment_ids=tf.range(tf.size(partial_keys)), output_dim0=size)
 
-        def gradient(upstream):  # the op's own gradient: each row gets its segment's, a dropped row zeros
-            spare = tf.zeros(tf.concat([[1], tf.shape(upstream)[1:]], 0), upstream.dtype)
-            return tf.gather(tf.concat([upstream, spare], 0), keys)
-
-        return total[:segments], gradient  # the spare segment, last, is dropped (the slice shares the buffer)
+        return total[:segments], lambda upstream: _spare_gradient(upstream, keys)  # the spare segment, last, is dropped (the slice shares the buffer)
 
     return _unless_empty(keys, lambda: summed(rows),
                          lambda: tf.zeros(tf.concat([[segments], tf.shape(rows)[1:]], 0), rows.dtype))
+
+
+def _spare_gradient(upstream, keys):
+    """The segment sum's own gradient, where a dropped row's key is the spare segment just past the end: each row
+    gets its segment's upstream, a dropped row zeros."""
+    import tensorflow as tf
+
+    spare = tf.zeros(tf.concat([[1], tf.shape(upstream)[1:]], 0), upstream.dtype)
+    return tf.gather(tf.concat([upstream, spare], 0), keys)
+
+
+_FIXED_BITS = 62  # each sum's magnitude stays below 2**62: an int64 with its sign and a bit to spare
+
+
+def _power_of_two(exponent):
+    """2.0**exponent as a float64, exactly (its bits written; int32 exponents within float64's normal range)."""
+    import tensorflow as tf
+
+    return tf.bitcast(tf.bitwise.left_shift(tf.cast(exponent, tf.int64) + 1023, 52), tf.float64)
+
+
+def fixed_point_sum(rows, ids, num_segments):
+    """The fixed form (the module's docstring): unsorted_segment_sum(rows, ids, num_segments) over the first axis,
+    through int64 adds. Ids outside [0, num_segments) are dropped."""
+    import tensorflow as tf
+
+    num = tf.cast(num_segments, tf.int64)
+    ids = tf.cast(ids, tf.int64)
+    keys = tf.where((ids >= 0) & (ids < num), ids, num)  # dropped ids: a spare segment past the end
+
+    @tf.custom_gradient
+    def summed(rows):
+        x = tf.cast(rows, tf.float32)
+        finite = tf.math.is_finite(x)
+        clean = tf.where(finite, x, tf.zeros_like(x))
+        largest = tf.math.unsorted_segment_max(tf.reduce_max(tf.abs(clean), axis=tf.range(1, tf.rank(x))), keys,
+                                               num + 1)  # a max: order-free
+        # largest < 2**top (its exponent field, read from its bits; an empty segment's lowest float becomes 0), and
+        # n rows sum to less than 2**(top + width): scaled by 2**shift they stay below 2**_FIXED_BITS.
+        top = tf.bitwise.right_shift(tf.bitcast(tf.maximum(largest, 0.0), tf.int32), 23) - 126
+        n = tf.cast(tf.maximum(tf.shape(x)[0], 1), tf.float64)
+        width = tf.cast(tf.math.ceil(tf.math.log(n) / tf.math.log(tf.constant(2.0, tf.float64))), tf.int32) + 1
+        shift = _FIXED_BITS - width - top
+        scaled = tf.cast(clean, tf.float64) * _column(tf.gather(_power_of_two(shift), keys), clean)  # exact
+        total = tf.math.unsorted_segment_sum(tf.cast(tf.round(scaled), tf.int64), keys, num + 1)
+        back = tf.cast(tf.cast(total, tf.float64) * _column(_power_of_two(-shift), total), tf.float32)
+        odd = tf.math.unsorted_segment_sum(tf.where(finite, tf.zeros_like(x), x), keys, num + 1)  # inf, NaN
+        return tf.cast((back + odd)[:num], rows.dtype), lambda upstream: _spare_gradient(upstream, keys)
+
+    return summed(rows)
 
 
 def _scan_sum(rows, ids, num_segments, xla: bool):
@@ -311,7 +381,8 @@ def combine(keys, rows, ctx):
 
 _SEGMENT_HOW = ("a stable sort by id, then each id's rows added in a fixed order (opbisect's combine op on a GPU, or "
                 "TensorFlow's sort-based segment kernels; a doubling scan under XLA): the same adds in the same order "
-                "every run")
+                "every run; under XLA, float32 and narrower, each segment's rows in fixed point added as int64, whose "
+                "sum no order changes")
 
 
 @register("UnsortedSegmentSum", how=_SEGMENT_HOW, switch=SEGMENT_SWITCH)
