@@ -5,6 +5,9 @@
 # Run on the device machine from the project root, after `source /root/tfenv.sh` (../shared/gpu/README.md):
 #   bash reports/h200/session16/run.sh fixed    # the patch's tests on the GPU; the XLA segment sum's forms side by side
 #   bash reports/h200/session16/run.sh step     # the XLA BERT-like fit step: verify, and patched against plain
+# Second lease: the other steps Keras compiles with XLA on a GPU (its jit_compile="auto"), whose segment sums now
+# take the fixed form too, and the XLA BERT-like fit step again (a second sample):
+#   bash reports/h200/session16/run.sh again
 set -u
 SESSION=session16 PHASE=${1:-fixed}
 source reports/h200/lib.sh
@@ -16,5 +19,9 @@ elif [ "$PHASE" = step ]; then
   verify bert_like_fit 150
   run bert_like_fit-overhead 100 python3 benchmarks/patch_overhead.py examples/bert_like_fit.py \
     reports/h200/bert_like_fit/sources.csv --device gpu --steps 60
+elif [ "$PHASE" = again ]; then
+  verify bert_like_fit_mixed 150
+  verify mixed_precision_fit 120
+  verify bert_like_fit 150
 fi
 pack
