@@ -115,7 +115,7 @@ def sort_order(keys):
 _SORT_KERNEL_DTYPES = ("float16", "bfloat16", "float32", "float64")  # TF's GPU kernels of the two ops
 
 
-_FIXED_DTYPES = ("float16", "bfloat16", "float32")  # 62 bits hold a float32's 24 and its sum's headroom, not a float64's
+_FIXED_DTYPES = ("float16", "bfloat16", "float32")  # 62 bits hold a float32's 24 and a sum's headroom; not float64's
 _FIXED_MAX_GROWTH = 4  # output rows per input row, past which the fixed form's int64 buffer costs more than a sort
 
 
@@ -279,7 +279,8 @@ def _sorted_kernel_sum(rows, ids, num_segments):
         total = tf.raw_ops.SparseSegmentSumGrad(grad=partial, indices=partial_keys,
                                                 segment_ids=tf.range(tf.size(partial_keys)), output_dim0=size)
 
-        return total[:segments], lambda upstream: _spare_gradient(upstream, keys)  # the spare segment, last, is dropped (the slice shares the buffer)
+        # the spare segment, last, is dropped (the slice shares the buffer)
+        return total[:segments], lambda upstream: _spare_gradient(upstream, keys)
 
     return _unless_empty(keys, lambda: summed(rows),
                          lambda: tf.zeros(tf.concat([[segments], tf.shape(rows)[1:]], 0), rows.dtype))
