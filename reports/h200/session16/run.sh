@@ -8,6 +8,8 @@
 # Second lease: the other steps Keras compiles with XLA on a GPU (its jit_compile="auto"), whose segment sums now
 # take the fixed form too, and the XLA BERT-like fit step again (a second sample):
 #   bash reports/h200/session16/run.sh again
+# Third lease: the patch and verify tests on the GPU (session 15's last change, to `trace --patch`, had not run there):
+#   bash reports/h200/session16/run.sh tests
 set -u
 SESSION=session16 PHASE=${1:-fixed}
 source reports/h200/lib.sh
@@ -23,5 +25,7 @@ elif [ "$PHASE" = again ]; then
   verify bert_like_fit_mixed 150
   verify mixed_precision_fit 120
   verify bert_like_fit 150
+elif [ "$PHASE" = tests ]; then
+  run tests 480 python3 -m pytest -q -p no:cacheprovider tests/test_verify.py tests/test_patches.py
 fi
 pack
