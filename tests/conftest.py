@@ -114,6 +114,8 @@ def cli(*args: str, cwd: Path | None = None, env: dict | None = None,
         clear_env: bool = False) -> subprocess.CompletedProcess:
     """Run the `opbisect` command line as a user would, in a fresh process (`clear_env`: with `env` alone)."""
     base = {} if clear_env else dict(os.environ)
-    full_env = {**base, **(env or {}), "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    # the project first, then whatever path brought TensorFlow here (the GPU machine's TensorFlow is on PYTHONPATH)
+    path = os.pathsep.join(p for p in (str(ROOT), base.get("PYTHONPATH", "")) if p)
+    full_env = {**base, **(env or {}), "PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "2"}
     return subprocess.run([sys.executable, "-m", "opbisect", *args], capture_output=True, text=True,
                           cwd=cwd or ROOT, env=full_env, timeout=600)

@@ -175,7 +175,8 @@ def test_the_cpu_scatter_race_example_is_reproducible_patched_from_its_reports_c
     script, csv = EXAMPLES / "embedding_sgd.py", ROOT / "reports" / "cpu" / "embedding_sgd" / "sources.csv"
     fixable = [r.op_name for r in pd.read_csv(csv).itertuples() if r.kind in ("op", "write")]
     assert fixable == ["sgd/ResourceScatterSub"]
-    code, variants, record = verify(script, tmp_path, patch=str(csv), switches=False, runs=4)
+    # on the CPU, where the report was made, on any machine (a GPU has sources of its own the CSV does not name)
+    code, variants, record = verify(script, tmp_path, patch=str(csv), switches=False, runs=4, device="cpu")
     # where another test imported the example in this process first, Keras renumbered its scopes (sgd -> sgd_1)
     assert record["replaced"] == [record["renamed"].get(s, s) for s in fixable]
     assert code == 0 and variants.loc[PATCHED, "distinct"] == 1
@@ -418,7 +419,7 @@ def test_verify_compares_every_variant_with_the_step_on_the_cpu_and_never_recomm
     script = EXAMPLES / "embedding_sgd.py"
     csv = ROOT / "reports" / "cpu" / "embedding_sgd" / "sources.csv"
     done = cli("verify", str(script), "--patch", str(csv), "--no-switches", "--cpu-reference", "on", "--runs", "3",
-               "--timing-runs", "6", "--out", str(tmp_path / "r"))
+               "--timing-runs", "6", "--device", "cpu", "--out", str(tmp_path / "r"))
     folder = tmp_path / "r" / "embedding_sgd-verify"
     variants = pd.read_csv(folder / "variants.csv").set_index("variant")
     record = json.loads((folder / "verification.json").read_text())
