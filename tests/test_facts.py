@@ -88,7 +88,8 @@ def test_fit_replay_check_stops_where_either_side_starts_to_vary_and_ignores_met
     assert facts.fit_replay(fit, varies, ["m"]).checked_steps == 1
 
 
-@pytest.mark.parametrize("text", ["sgd/ResourceScatterSub:0", "a/b:res3", "while/body::add:1@7", "x:12@0"])
+@pytest.mark.parametrize("text", ["sgd/ResourceScatterSub:0", "a/b:res3", "while/body::add:1@7", "x:12@0",
+                                  "while/body::scatter:pre0@2"])
 def test_tensor_ids_round_trip_through_the_one_parser(text):
     ref = TensorRef.parse(text)
     assert str(ref) == text
@@ -100,7 +101,9 @@ def test_tensor_ids_keep_their_parts():
     assert (ref.region, ref.op, ref.port, ref.is_state, ref.iteration) == ("while/body", "while/body::scatter", 1,
                                                                          True, 4)
     assert op_id("add", "cond/then_branch") == "cond/then_branch::add"
-    for bad in ["noport", "op:x", "op:res", ":1", "op:1@x"]:
+    prior = TensorRef.parse("while/body::scatter:pre1@4")
+    assert (prior.is_prior, prior.is_state, prior.port, prior.iteration) == (True, False, 1, 4)
+    for bad in ["noport", "op:x", "op:res", "op:pre", ":1", "op:1@x"]:
         with pytest.raises(ValueError):
             TensorRef.parse(bad)
 

@@ -3,6 +3,11 @@ conftest.trace for every source that varied alone)."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
+from opbisect.execute.steps import WITHOUT_XLA
+
 from conftest import NOISE_STEP, until_it_fires
 
 # use_mode varies on identical inputs in the step because set_mode, which runs first, draws a new mode each run.
@@ -85,3 +90,58 @@ def test_no_replay_leaves_the_columns_empty_and_writes_no_reproducer(run_step):
     t = run_step(NOISE_STEP, runs=3, replay=False)
     assert t.csv["replay_runs"].isna().all() and t.csv["reproducer"].isna().all()
     assert not (t.csv_path.parent / "repro").exists()
+
+
+# Inside a loop body: the write before the scatter, and the racy scatter itself, run at every iteration.
+SCATTER_IN_LOOP = SCATTER_AFTER_WRITE.replace("""    table.assign(table * 0.5)
+    table.scatter_add(tf.IndexedSlices(updates, rows))
+""", """    def body(i):
+        table.assign(table * 0.5)
+        table.scatter_add(tf.IndexedSlices(updates, rows))
+        return i + 1
+
+    tf.while_loop(lambda i: i < 2, body, (tf.constant(0),))
+""")
+
+NOISE_IN_BRANCH_IN_LOOP = """
+v = tf.Variable(tf.zeros([4]), name="v")
+
+
+@tf.function(jit_compile={jit})
+def step(x):
+    def body(i, s):
+        v.assign_add(x)
+        noisy = tf.cond(i > 1, lambda: v * tf.random.uniform([4], name="noise"), lambda: v * 2.0)
+        return i + 1, s + tf.reduce_sum(noisy)
+    _, total = tf.while_loop(lambda i, s: i < 4, body, (tf.constant(0), tf.constant(0.0)))
+    return total
+
+
+inputs = (tf.ones([4]),)
+"""
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_source_in_a_branch_inside_a_loop_is_replayed_on_the_inputs_of_its_first_execution(run_step, jit):
+    t = run_step(NOISE_IN_BRANCH_IN_LOOP.format(jit=jit), runs=3, replay_runs=5)
+    assert t.record.meta.jit_compile == jit
+    row = t.csv.iloc[0]
+    assert row["region"] == "while/body::while/cond/then_branch" and row["kind"] == "random"
+    assert (row["replay_runs"], row["replay_distinct"]) == (5, 5)
+    assert row["reproducer"] == "repro/1_RandomUniform.py"  # conftest ran it in a fresh process: it exited 1
+    saved = np.load(t.csv_path.parent / "repro" / "1_RandomUniform.npz")
+    assert saved["in_0"].tolist() == [4]  # the shape the branch fed it
+    source = t.record.sources[0]
+    # under XLA its inputs come from a run of the step without XLA, which the replay says; and only outside XLA
+    # does that run measure the source's own values (its magnitude)
+    assert (source.replay_note == WITHOUT_XLA) == jit
+    assert (source.max_abs_diff is not None) != jit
+
+
+def test_a_write_in_a_loop_body_is_replayed_from_the_state_the_write_before_it_left_there(run_step):
+    t = until_it_fires(lambda: run_step(SCATTER_IN_LOOP, runs=6, replay_runs=10))
+    row = t.row("while/body::while/ResourceScatterAdd")
+    assert row["kind"] == "write" and row["replay_runs"] == 10
+    saved = np.load(t.csv_path.parent / row["reproducer"].replace(".py", ".npz"))
+    # the table at the body's first execution, after its assign: ones halved (not the snapshot's ones)
+    assert (saved["state_0"] == 0.5).all() and saved["state_0"].shape == (4, 64)

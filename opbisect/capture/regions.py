@@ -72,10 +72,11 @@ def _append(matrix, row, rows: int | None):
 
 
 def rewrite_control_flow(b: _GraphDefBuilder, trace, scope: str, fingerprinter, index: str,
-                         matrices: dict[str, str]) -> dict[str, str]:
+                         matrices: dict[str, str], values=None) -> dict[str, str]:
     """Rewire every entered loop and branch op of `scope` (whose GraphDef `b` holds). `index` is the spec of the
     current execution's index of `scope`, `matrices` the specs of the matrices of the bodies nested in it (as they
-    come in). Returns the specs of those matrices as they come out of the ops."""
+    come in); `values` (capture.values.BodyValues, or None) the tensors each body hands to the host. Returns the
+    specs of those matrices as they come out of the ops."""
     import tensorflow as tf
     from tensorflow.core.framework import tensor_shape_pb2
 
@@ -92,7 +93,7 @@ def rewrite_control_flow(b: _GraphDefBuilder, trace, scope: str, fingerprinter, 
         loop = "body" in node.attr
         n0 = len(node.attr["T" if loop else "Tout"].list.type)
         for body in bodies:
-            name = _body_function(b, trace, body, report, shapes_of, fingerprinter, loop)
+            name = _body_function(b, trace, body, report, shapes_of, fingerprinter, loop, values)
             if body.suffix.startswith("branch") and node.attr["branches"].list.func:
                 node.attr["branches"].list.func[int(body.suffix[len("branch"):])].name = name
             else:
@@ -149,7 +150,7 @@ def _signature(region, report: list[str], shapes_of: dict) -> list:
 
 
 def _body_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes_of: dict, fingerprinter,
-                   loop: bool) -> str:
+                   loop: bool, values=None) -> str:
     """Trace the rebuilt body of `region`; its FunctionDef (and those it calls) go in b's library. Its name."""
     import numpy as np
     import tensorflow as tf
@@ -164,8 +165,9 @@ def _body_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes
     for name in ours:
         rb.add(name, "Placeholder", dtype=tf.int64)
     nested = rewrite_control_flow(rb, trace, region.id, fingerprinter, f"{INDEX}:0",
-                                  {r: f"{PREFIX}/in/{j}:0" for j, r in enumerate(inner)})
-    wanted = list(region.output_names) + [fps] + [nested[r] for r in inner]
+                                  {r: f"{PREFIX}/in/{j}:0" for j, r in enumerate(inner)}, values)
+    taken = values.tensors(region.id) if values is not None else []
+    wanted = list(region.output_names) + [fps] + [nested[r] for r in inner] + [spec(t) for t in taken]
     run = graph_importer(rb.gd, list(region.arg_names) + list(ours), wanted, "body")
     order = None if layout is None else np.argsort(np.asarray(layout))  # vector position of each tap
     n_args, n_out = len(region.arg_names), len(region.output_names)
@@ -178,13 +180,15 @@ def _body_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes
         feeds = {f"{a}:0": x for a, x in zip(region.arg_names, args)}
         feeds[f"{INDEX}:0"] = index
         feeds.update({f"{PREFIX}/in/{j}:0": came[r] for j, r in enumerate(inner)})
-        values = run(feeds)
-        digests = values[n_out] if order is None else tf.gather(values[n_out], order)
+        got = run(feeds)
+        if taken:
+            values.take(region.id, index, got[len(got) - len(taken):])
+        digests = got[n_out] if order is None else tf.gather(got[n_out], order)
         row = tf.concat([tf.reshape(tick, [1, 1]), tf.reshape(digests, [1, cols - 1])], 1)
-        gone = dict(zip(inner, values[n_out + 1:]))
+        gone = dict(zip(inner, got[n_out + 1:n_out + 1 + len(inner)]))
         gone[region.id] = _append(came[region.id], row, rows)[0]
         carried = [tick] if loop else []
-        return [tf.identity(v) for v in values[:n_out]] + carried + [gone.get(r, came[r]) for r in report]
+        return [tf.identity(v) for v in got[:n_out]] + carried + [gone.get(r, came[r]) for r in report]
 
     fn = tf.function(body, input_signature=_signature(region, report, shapes_of), autograph=False)
     b.functions.extend(rb.functions)

@@ -43,6 +43,7 @@ class Instrumented:
     layout: np.ndarray | None = None  # tap index of each position of the digest vector (None: tap order)
     concrete: Any = None  # traced once, on the first call: resource handles would retrace the tf.function
     calls: int = 0  # the first traces and compiles the function: timed apart (Runner.instrumented)
+    values: Any = None  # capture.values.BodyValues: what the bodies hand to the host, per run
 
     def __call__(self, args: tuple) -> tuple[np.ndarray, list, list, dict[str, np.ndarray]]:
         """Digests of the taps, the step's outputs, the `full` tensors, and per entered body its digest matrix
@@ -51,6 +52,8 @@ class Instrumented:
         if self.concrete is None:  # for the traced specs: a partial last batch is fed to the same function
             specs = self.trace.arg_specs()
             self.concrete = self.fn.get_concrete_function(*(specs if len(specs) == len(feeds) else feeds))
+        if self.values is not None:
+            self.values.start_run()
         fps, outs, full, matrices = self.concrete(*feeds)
         self.calls += 1
         digests = fps.numpy()
@@ -265,7 +268,8 @@ def _fused_digests(b: _GraphDefBuilder, specs: list[tuple[str, str]], fingerprin
 
 def tap_specs(b: _GraphDefBuilder, graph, region: str, taps: list[str]) -> Callable[[str], str]:
     """A function giving the GraphDef spec of a tap of scope `region` (whose GraphDef `b` holds): an output is
-    itself; the state after a write gets a ReadVariableOp right after the write, before anything else touches it."""
+    itself; the state after a write gets a ReadVariableOp right after the write, before anything else touches it;
+    the state before an op, one after what the op waits for, which the op then waits for too."""
     import tensorflow as tf
 
     later_users: dict[tuple[str, str], list[str]] = {}
@@ -277,6 +281,8 @@ def tap_specs(b: _GraphDefBuilder, graph, region: str, taps: list[str]) -> Calla
     def spec(tid: str) -> str:
         ref = TensorRef.parse(tid)
         local = split_op_id(ref.op)[1]
+        if ref.is_prior:
+            return _prior_state(b, graph, ref)
         if not ref.is_state:
             return f"{local}:{ref.port}"
         if tid not in states:
@@ -292,6 +298,23 @@ def tap_specs(b: _GraphDefBuilder, graph, region: str, taps: list[str]) -> Calla
     return spec
 
 
+def _prior_state(b: _GraphDefBuilder, graph, ref: TensorRef) -> str:
+    """The variable at resource input `ref.port` of `ref.op`, read right before the op: after every op the op waits
+    for (its control inputs, which order it after the writes before it), and the op waits for the read."""
+    import tensorflow as tf
+
+    local = split_op_id(ref.op)[1]
+    name = f"{PREFIX}/prior/{local}/pre{ref.port}"
+    if name not in b.nodes:
+        op = b.nodes[local]
+        dtype = graph.attrs(ref.op).get("res_dtypes", {}).get(str(ref.port))
+        dtype = tf.as_dtype(dtype) if dtype else tf.as_dtype(op.attr["dtype"].type)
+        waits = [i for i in op.input if i.startswith("^")]
+        b.add(name, "ReadVariableOp", [op.input[ref.port], *waits], dtype=dtype).device = op.device
+        op.input.append(f"^{name}")
+    return f"{name}:0"
+
+
 def digest_vector(b: _GraphDefBuilder, graph, specs: list[tuple[str, str]], fingerprinter) -> tuple[str, list | None]:
     """Capture nodes digesting the tensors `specs` ((spec, dtype) pairs): the spec of the int64 vector, and the
     tap index of each of its positions (None: tap order)."""
@@ -303,11 +326,12 @@ def digest_vector(b: _GraphDefBuilder, graph, specs: list[tuple[str, str]], fing
 
 
 def instrumented_graph_def(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = (),
-                           descend: bool = True, grouped: bool = False):
+                           descend: bool = True, grouped: bool = False, values=None):
     """(the builder holding the GraphDef, fingerprint vector spec, specs of the `full` tensors, layout of the vector
     or None, {region: spec of its digest matrix}). `descend`: rebuild the entered loop and branch bodies with
     taps of their own. `grouped`: no digest nodes for the top level's taps; the specs of the tapped tensors
-    themselves stand for the vector, for `fingerprinter.many` to digest after the import."""
+    themselves stand for the vector, for `fingerprinter.many` to digest after the import. `values`: tensors the
+    bodies hand to the host (capture.values)."""
     from .regions import empty_matrices, rewrite_control_flow
 
     graph = trace.graph
@@ -315,7 +339,7 @@ def instrumented_graph_def(trace: Trace, taps: list[str], fingerprinter: Fingerp
     spec = tap_specs(b, graph, "", taps)
     specs = [(spec(t), graph.dtype(t)) for t in taps]
     fps, layout = ([s for s, _ in specs], None) if grouped else digest_vector(b, graph, specs, fingerprinter)
-    regions = rewrite_control_flow(b, trace, "", fingerprinter, *empty_matrices(b, trace)) if descend else {}
+    regions = rewrite_control_flow(b, trace, "", fingerprinter, *empty_matrices(b, trace), values) if descend else {}
     return b, fps, [spec(t) for t in full], layout, regions
 
 
@@ -380,14 +404,17 @@ def step_importer(trace: Trace, graph_def, register: Callable, wanted: list[str]
 
 
 def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = (),
-          descend: bool = True) -> Instrumented:
+          descend: bool = True, values=None) -> Instrumented:
+    """The instrumented step. `values` (capture.values.BodyValues): tensors inside bodies handed to the host at
+    each body's first execution; a host callback XLA cannot compile, so that step runs without XLA."""
     import tensorflow as tf
 
+    jit = bool(trace.jit_compile) and values is None
     # Under XLA the weighted sums are made after the import, grouped by size (`many`): a digest node per tap
     # compiles a reduction per tap (2000 taps of a small BERT-like step: most of the op analysis on a CPU).
-    grouped = bool(trace.jit_compile) and not fingerprinter.fused
+    grouped = jit and not fingerprinter.fused
     b, fps_spec, full_specs, layout, region_specs = instrumented_graph_def(trace, taps, fingerprinter, full, descend,
-                                                                           grouped)
+                                                                           grouped, values)
     regions = list(region_specs)
     tapped = fps_spec if grouped else [fps_spec]
     wanted = tapped + list(trace.output_names) + full_specs + [region_specs[r] for r in regions]
@@ -399,10 +426,10 @@ def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: lis
         fps = fingerprinter.many(got[:k]) if grouped else got[0]
         return fps, got[k:k + n], got[k + n:k + n + m], got[k + n + m:]
 
-    fn = tf.function(body, autograph=False, jit_compile=trace.jit_compile)
+    fn = tf.function(body, autograph=False, jit_compile=trace.jit_compile if values is None else False)
     return Instrumented(taps=list(taps), full=list(full), fn=fn, trace=trace, regions=regions,
                         region_taps={r: tappable_tensors(trace, r)[0] for r in regions},
-                        layout=None if layout is None else np.asarray(layout))
+                        layout=None if layout is None else np.asarray(layout), values=values)
 
 
 UNOPTIMIZED = {"disable_meta_optimizer": True}  # grappler off, for opbisect's own helper functions

@@ -12,7 +12,8 @@ from __future__ import annotations
 from ..analysis.compare import Comparison, compare
 from ..analysis.magnitude import of_source
 from ..capture import taps as capture
-from ..ir.ids import TensorRef, state_id
+from ..capture.values import BodyValues
+from ..ir.ids import PRIOR, TensorRef, split_op_id, state_id
 from ..ir.unroll import unroll
 from ..record.model import StepAnalysis
 from ..replay.call import NotReplayable, op_call
@@ -53,26 +54,41 @@ def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: 
         seen.update(s.op for s in new)
         replays, calls = {}, {}
         if replay_runs:
-            calls, replays = _replay_calls(trace.graph, node_defs, new, snapshot)
-        # Whole values come from the step's top level only (a body's tensors are digested inside the body).
+            calls, replays = _replay_calls(trace, node_defs, new, snapshot)
+        at = {op: _execution(op, new) for op in calls}  # a body's source: its inputs at its differing execution
+        needed = [_at(t, at[op]) for op, (c, pre) in calls.items() for t in c.captured + list(pre.values()) if t]
+        # Whole values: the step's top level returns them; a body hands its own to the host, in a pass of its own
+        # (its sources' outputs too, for their magnitudes, where that pass runs the step as it is: not under XLA)
         full = list(dict.fromkeys([t for s in new for t in s.tensors if not TensorRef.parse(t).region]
-                                  + [t for c, pre in calls.values() for t in c.captured + list(pre.values()) if t]))
-        magnitudes, inputs = {}, {}
+                                  + [t for t in needed if not TensorRef.parse(t).region]))
+        measured = [] if trace.jit_compile else [t for s in new for t in s.tensors if TensorRef.parse(t).region]
+        column: dict[str, list] = {}
         if agree.any(f"magnitude pass of step {k}", bool(full)):
             _, arrays = runner.instrumented(capture.build(trace, [], fingerprinter, full, descend=False), snapshot,
                                             args_for_run, magnitude_runs, options, "magnitudes of the sources",
                                             "magnitude pass")
             column = {t: [run[i] for run in arrays] for i, t in enumerate(full)}
-            magnitudes = {s.op: of_source([column[t] for t in s.tensors]) for s in new
-                          if s.tensors and all(t in column for t in s.tensors)}
-            for op, (call, pre) in calls.items():
-                values = {t: column[t][0] for t in call.captured}
-                states = {v: column[t][0] if t else _saved(snapshot, v) for v, t in pre.items()}
-                replays[op] = replay(call, values, states, replay_runs, device)
-                inputs[op] = (call, values, states)
+        body_runs = magnitude_runs if measured else 1
+        column.update(_in_bodies(needed + measured, body_runs, runner, trace, fingerprinter, snapshot, args_for_run,
+                                 options, agree, k))
+        magnitudes = {s.op: of_source([column[t] for t in s.tensors]) for s in new  # each tensor in every run
+                      if s.tensors and all(len(column.get(t, ())) == magnitude_runs for t in s.tensors)}
+        inputs = {}
+        for op, (call, pre) in calls.items():
+            missing = [t for t in call.captured + list(pre.values()) if t and _at(t, at[op]) not in column]
+            if missing:  # inside a body that did not run in the pass that recorded them
+                replays[op] = not_replayed(NotReplayable(f"its input {missing[0]} was not computed"))
+                continue
+            values = {t: column[_at(t, at[op])][0] for t in call.captured}
+            states = {v: column[_at(t, at[op])][0] if t else _saved(snapshot, v) for v, t in pre.items()}
+            replays[op] = replay(call, values, states, replay_runs, device)
+            if trace.jit_compile and at[op] is not None:
+                replays[op].note = WITHOUT_XLA
+            inputs[op] = (call, values, states)
+        if full or needed:
             runner.lap("op analysis: magnitudes and replays alone")
         analyses.append((StepAnalysis(step=k, instrumented=ins, differing=comparison.differing,
-                                      magnitudes=magnitudes, magnitude_runs=magnitude_runs if full else 0,
+                                      magnitudes=magnitudes, magnitude_runs=magnitude_runs if full or measured else 0,
                                       replays=replays), comparison, inputs))
         if k < len(reference):  # advance the reference trajectory by one plain step
             runner.restore(snapshot)
@@ -82,22 +98,60 @@ def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: 
 
 
 REPLAYED_KINDS = ("op", "write", "random")  # input and state sources vary because of what feeds them
+WITHOUT_XLA = "its inputs recorded at its body's first execution, the step run without XLA"
 
 
-def _replay_calls(graph, node_defs: dict, sources, snapshot: Snapshot):
+def _execution(op: str, sources) -> int | None:
+    """The execution of its body at which a source inside one first differs (None at the top level)."""
+    s = next(s for s in sources if s.op == op)
+    refs = [TensorRef.parse(t) for t in s.tensors]
+    return next((r.iteration for r in refs if r.iteration is not None), 0 if split_op_id(op)[0] else None)
+
+
+def _at(tensor: str, execution: int | None) -> str:
+    """A tensor id at an execution of its body (a tensor of the top level: itself)."""
+    ref = TensorRef.parse(tensor)
+    return tensor if not ref.region else str(TensorRef(ref.op, ref.port, ref.kind, execution))
+
+
+def _node_def(trace, top_level: dict, op: str):
+    """The NodeDef of `op`: in the flat GraphDef, or in its body's."""
+    region, local = split_op_id(op)
+    if not region:
+        return top_level[op]
+    return next(n for n in trace.regions[region].graph_def.node if n.name == local)
+
+
+def _in_bodies(tensors: list[str], runs: int, runner: Runner, trace, fingerprinter, snapshot: Snapshot,
+               args_for_run, options, agree: Agreement, k: int) -> dict[str, list]:
+    """{tensor id@execution: its value there in each of `runs` runs} for the `tensors` inside bodies (the others
+    are left out): runs of the step whose bodies hand them to the host (capture.values), without XLA."""
+    inside = [t for t in dict.fromkeys(tensors) if TensorRef.parse(t).region]
+    if not agree.any(f"body values pass of step {k}", bool(inside)):
+        return {}
+    values = BodyValues(inside)
+    runner.instrumented(capture.build(trace, [], fingerprinter, [], descend=True, values=values), snapshot,
+                        args_for_run, runs, options, "values inside bodies", "body values pass")
+    taken = {t for run in values.runs for t in run}
+    return {t: [run[t] for run in values.runs if t in run] for t in taken}
+
+
+def _replay_calls(trace, node_defs: dict, sources, snapshot: Snapshot):
     """({op: (OpCall, {variable: tensor id of its state before the op, or "" for the snapshot's})}, {op: Replay
     of the sources that cannot be replayed})."""
+    graph = trace.graph
     calls, refused = {}, {}
     for s in sources:
         if s.kind not in REPLAYED_KINDS:
             continue
-        if graph.region_of(s.op):
-            refused[s.op] = not_replayed(NotReplayable("inside a loop or branch body: its inputs are not recorded"))
-            continue
         try:
-            call = op_call(graph, node_defs[s.op], s.op)
+            call = op_call(graph, _node_def(trace, node_defs, s.op), s.op)
             if any(graph.dtype(t) in ("variant", "resource") for t in call.captured):
                 raise NotReplayable("an input is a variant or a resource that is not a variable")
+            if split_op_id(s.op)[0]:  # in a body: read right before it, at the execution replayed
+                slots = dict((v, slot) for slot, v in graph.resources(s.op))
+                calls[s.op] = (call, {v: str(TensorRef(s.op, slots[v], PRIOR)) for v in call.variables})
+                continue
             pre = {}
             for var in call.variables:
                 writes = graph.prior_writes(s.op, var)

@@ -6,6 +6,7 @@ Spelling (what the CSV, the record and the terminal show):
     region::op              an op inside a loop or branch body; region e.g. `while/body`, `cond/then_branch`
     op:3                    output 3 of op (TensorFlow's own spelling)
     op:res0                 the state of the variable at op's resource input 0 right after op (a write)
+    op:pre0                 the state of that variable right before op (what replaying op alone starts from)
     region::op:0@7          output 0 of an op in a body, at iteration 7 of its loop
 
 TensorFlow op names never contain `::`, `@` or a colon, so the parts are unambiguous.
@@ -21,8 +22,9 @@ import dataclasses
 
 OUTPUT = "output"
 STATE = "state"
+PRIOR = "prior"
 _REGION = "::"
-_STATE_PORT = "res"
+_PORTS = {STATE: "res", PRIOR: "pre"}  # the spelling of a port of each kind but OUTPUT
 
 
 def op_id(name: str, region: str = "") -> str:
@@ -38,7 +40,8 @@ def split_op_id(op: str) -> tuple[str, str]:
 
 @dataclasses.dataclass(frozen=True, order=True)
 class TensorRef:
-    """A tensor: output `port` of `op`, or (kind STATE) the variable at resource input `port` right after `op`."""
+    """A tensor: output `port` of `op`, or (kind STATE) the variable at resource input `port` right after `op`, or
+    (kind PRIOR) that variable right before `op`."""
 
     op: str  # the op's id (region included)
     port: int
@@ -59,8 +62,8 @@ class TensorRef:
         op, colon, port = body.rpartition(":")
         if not colon or not op:
             raise ValueError(f"not a tensor id: {text!r}")
-        kind = STATE if port.startswith(_STATE_PORT) else OUTPUT
-        digits = port[len(_STATE_PORT):] if kind == STATE else port
+        kind = next((k for k, prefix in _PORTS.items() if port.startswith(prefix)), OUTPUT)
+        digits = port[len(_PORTS[kind]):] if kind in _PORTS else port
         if not digits.isdigit() or (at and not iteration.isdigit()):
             raise ValueError(f"not a tensor id: {text!r}")
         return cls(op, int(digits), kind, int(iteration) if at else None)
@@ -68,6 +71,10 @@ class TensorRef:
     @property
     def is_state(self) -> bool:
         return self.kind == STATE
+
+    @property
+    def is_prior(self) -> bool:
+        return self.kind == PRIOR
 
     @property
     def region(self) -> str:
@@ -79,7 +86,7 @@ class TensorRef:
         return instance_id(self.op, self.iteration)
 
     def __str__(self) -> str:
-        port = f"{_STATE_PORT}{self.port}" if self.is_state else str(self.port)
+        port = f"{_PORTS[self.kind]}{self.port}" if self.kind in _PORTS else str(self.port)
         at = "" if self.iteration is None else f"@{self.iteration}"
         return f"{self.op}:{port}{at}"
 

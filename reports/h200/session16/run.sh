@@ -10,6 +10,9 @@
 #   bash reports/h200/session16/run.sh again
 # Third lease: the patch and verify tests on the GPU (session 15's last change, to `trace --patch`, had not run there):
 #   bash reports/h200/session16/run.sh tests
+# Fourth lease: sources inside loop and branch bodies now replayed alone, with reproducers (each run in a fresh
+# process): the three examples whose sources are in a body
+#   bash reports/h200/session16/run.sh bodies
 set -u
 SESSION=session16 PHASE=${1:-fixed}
 source reports/h200/lib.sh
@@ -25,6 +28,16 @@ elif [ "$PHASE" = again ]; then
   verify bert_like_fit_mixed 150
   verify mixed_precision_fit 120
   verify bert_like_fit 150
+elif [ "$PHASE" = bodies ]; then
+  for ex in grad_accumulation mixed_precision_fit bert_like_fit_mixed; do
+    run "$ex" 90 python3 -m opbisect trace "examples/$ex.py" --runs 5 --out "$R" --no-progress
+    for f in "$R/$ex"/repro/*.py; do
+      [ -f "$f" ] || continue
+      start=$(date +%s); timeout 60 python3 "$f" > /tmp/repro.out 2>&1; code=$?
+      echo "${f#$R/} exit=$code seconds=$(( $(date +%s) - start )): $(tail -1 /tmp/repro.out)" | tee -a "$R/reproducers.txt"
+    done
+    pack
+  done
 elif [ "$PHASE" = tests ]; then
   run tests 480 python3 -m pytest -q -p no:cacheprovider tests/test_verify.py tests/test_patches.py
 fi
