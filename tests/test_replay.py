@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
+from opbisect.capture.values import BodyValues
 from opbisect.execute.steps import WITHOUT_XLA
 
 from conftest import NOISE_STEP, until_it_fires
@@ -145,3 +147,16 @@ def test_a_write_in_a_loop_body_is_replayed_from_the_state_the_write_before_it_l
     saved = np.load(t.csv_path.parent / row["reproducer"].replace(".py", ".npz"))
     # the table at the body's first execution, after its assign: ones halved (not the snapshot's ones)
     assert (saved["state_0"] == 0.5).all() and saved["state_0"].shape == (4, 64)
+
+
+def test_where_recording_a_bodys_values_fails_its_source_is_not_replayed_and_the_verdict_stands(run_step,
+                                                                                                monkeypatch):
+    def failing(self, region, index, tensors):  # the host callback raises: the pass fails at run time
+        tf.numpy_function(lambda *_: 1 / 0, [index], tf.float64, stateful=True)
+
+    monkeypatch.setattr(BodyValues, "take", failing)
+    t = run_step(NOISE_IN_BRANCH_IN_LOOP.format(jit=False), runs=3, replay_runs=5)
+    assert t.code == 1 and t.sources == ["while/body::while/cond/then_branch::while/cond/noise/RandomUniform"]
+    source = t.record.sources[0]
+    assert source.replay_runs is None and not source.reproducer
+    assert source.replay_note.startswith("not replayed alone: recording its inputs inside the body failed")

@@ -13,6 +13,7 @@ from ..analysis.compare import Comparison, compare
 from ..analysis.magnitude import of_source
 from ..capture import taps as capture
 from ..capture.values import BodyValues
+from ..errors import InternalError
 from ..ir.ids import PRIOR, TensorRef, split_op_id, state_id
 from ..ir.unroll import unroll
 from ..record.model import StepAnalysis
@@ -69,15 +70,16 @@ def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: 
                                             "magnitude pass")
             column = {t: [run[i] for run in arrays] for i, t in enumerate(full)}
         body_runs = magnitude_runs if measured else 1
-        column.update(_in_bodies(needed + measured, body_runs, runner, trace, fingerprinter, snapshot, args_for_run,
-                                 options, agree, k))
+        in_bodies, failed = _in_bodies(needed + measured, body_runs, runner, trace, fingerprinter, snapshot,
+                                       args_for_run, options, agree, k)
+        column.update(in_bodies)
         magnitudes = {s.op: of_source([column[t] for t in s.tensors]) for s in new  # each tensor in every run
                       if s.tensors and all(len(column.get(t, ())) == magnitude_runs for t in s.tensors)}
         inputs = {}
         for op, (call, pre) in calls.items():
             missing = [t for t in call.captured + list(pre.values()) if t and _at(t, at[op]) not in column]
-            if missing:  # inside a body that did not run in the pass that recorded them
-                replays[op] = not_replayed(NotReplayable(f"its input {missing[0]} was not computed"))
+            if missing:  # inside a body that did not run in the pass that recorded them, or that pass failed
+                replays[op] = not_replayed(NotReplayable(failed or f"its input {missing[0]} was not computed"))
                 continue
             values = {t: column[_at(t, at[op])][0] for t in call.captured}
             states = {v: column[_at(t, at[op])][0] if t else _saved(snapshot, v) for v, t in pre.items()}
@@ -123,17 +125,22 @@ def _node_def(trace, top_level: dict, op: str):
 
 
 def _in_bodies(tensors: list[str], runs: int, runner: Runner, trace, fingerprinter, snapshot: Snapshot,
-               args_for_run, options, agree: Agreement, k: int) -> dict[str, list]:
-    """{tensor id@execution: its value there in each of `runs` runs} for the `tensors` inside bodies (the others
-    are left out): runs of the step whose bodies hand them to the host (capture.values), without XLA."""
+               args_for_run, options, agree: Agreement, k: int) -> tuple[dict[str, list], str]:
+    """({tensor id@execution: its value there in each of `runs` runs}, "" or why none was recorded) for the
+    `tensors` inside bodies (the others are left out): runs of the step whose bodies hand them to the host
+    (capture.values), without XLA. The replay is an extra: where this pass fails, the sources inside bodies are
+    reported as not replayed, with the error, and the rest of the analysis stands."""
     inside = [t for t in dict.fromkeys(tensors) if TensorRef.parse(t).region]
     if not agree.any(f"body values pass of step {k}", bool(inside)):
-        return {}
+        return {}, ""
     values = BodyValues(inside)
-    runner.instrumented(capture.build(trace, [], fingerprinter, [], descend=True, values=values), snapshot,
-                        args_for_run, runs, options, "values inside bodies", "body values pass")
+    try:
+        runner.instrumented(capture.build(trace, [], fingerprinter, [], descend=True, values=values), snapshot,
+                            args_for_run, runs, options, "values inside bodies", "body values pass")
+    except InternalError as exc:  # seen once, on the H200 under XLA (NotFoundError), not reproduced on a CPU
+        return {}, f"recording its inputs inside the body failed: {exc}"
     taken = {t for run in values.runs for t in run}
-    return {t: [run[t] for run in values.runs if t in run] for t in taken}
+    return {t: [run[t] for run in values.runs if t in run] for t in taken}, ""
 
 
 def _replay_calls(trace, node_defs: dict, sources, snapshot: Snapshot):
