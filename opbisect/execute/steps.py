@@ -77,16 +77,9 @@ def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: 
                       if s.tensors and all(len(column.get(t, ())) == magnitude_runs for t in s.tensors)}
         inputs = {}
         for op, (call, pre) in calls.items():
-            missing = [t for t in call.captured + list(pre.values()) if t and _at(t, at[op]) not in column]
-            if missing:  # inside a body that did not run in the pass that recorded them, or that pass failed
-                replays[op] = not_replayed(NotReplayable(failed or f"its input {missing[0]} was not computed"))
-                continue
-            values = {t: column[_at(t, at[op])][0] for t in call.captured}
-            states = {v: column[_at(t, at[op])][0] if t else _saved(snapshot, v) for v, t in pre.items()}
-            replays[op] = replay(call, values, states, replay_runs, device)
-            if trace.jit_compile and at[op] is not None:
-                replays[op].note = WITHOUT_XLA
-            inputs[op] = (call, values, states)
+            replays[op], inputs[op] = _replayed(call, pre, at[op], column, failed, snapshot, replay_runs, device,
+                                                bool(trace.jit_compile))
+        inputs = {op: got for op, got in inputs.items() if got}
         if full or needed:
             runner.lap("op analysis: magnitudes and replays alone")
         analyses.append((StepAnalysis(step=k, instrumented=ins, differing=comparison.differing,
@@ -100,7 +93,21 @@ def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: 
 
 
 REPLAYED_KINDS = ("op", "write", "random")  # input and state sources vary because of what feeds them
-WITHOUT_XLA = "its inputs recorded at its body's first execution, the step run without XLA"
+WITHOUT_XLA = "its inputs recorded in a run of the step without XLA (XLA cannot compile the callback taking them)"
+
+
+def _replayed(call, pre: dict, execution: int | None, column: dict, failed: str, snapshot: Snapshot, runs: int,
+              device: str, xla: bool):
+    """(the Replay of one source, its (call, values, states) for a reproducer, or None where it was not run)."""
+    missing = [t for t in call.captured + list(pre.values()) if t and _at(t, execution) not in column]
+    if missing:  # inside a body that did not run in the pass that recorded them, or that pass failed
+        return not_replayed(NotReplayable(failed or f"its input {missing[0]} was not computed")), None
+    values = {t: column[_at(t, execution)][0] for t in call.captured}
+    states = {v: column[_at(t, execution)][0] if t else _saved(snapshot, v) for v, t in pre.items()}
+    result = replay(call, values, states, runs, device)
+    if xla and execution is not None:
+        result.note = "; ".join(n for n in (result.note, WITHOUT_XLA) if n)
+    return result, (call, values, states)
 
 
 def _execution(op: str, sources) -> int | None:
