@@ -372,3 +372,15 @@ def test_max_runs_looks_harder_at_a_step_that_gave_one_result(run_step):
 def test_max_runs_no_more_than_runs_is_a_usage_error(capsys, tmp_path):
     script = write_script(tmp_path, "step", NOISE_STEP)
     assert main(["trace", str(script), "--runs", "4", "--max-runs", "3", "--out", str(tmp_path)]) == 128
+
+
+def test_an_error_summary_is_the_line_that_says_what_went_wrong():
+    from opbisect.targets.loader import error_summary
+
+    # a graph-execution error in TensorFlow's layout, the line saying what went wrong after the "stack traces
+    # unavailable" placeholder (on the H200 in session 16 the summary kept only that placeholder)
+    text = ("Graph execution error:\n\nDetected at node step/foo defined at (most recent call last):\n"
+            "<stack traces unavailable>\nNo registered 'PyFunc' OpKernel for 'GPU' devices compatible with node "
+            "{{node foo}}\n\t [[{{node foo}}]] [Op:__inference_body_12]")
+    assert error_summary(tf.errors.NotFoundError(None, None, text)) == (
+        "NotFoundError: No registered 'PyFunc' OpKernel for 'GPU' devices compatible with node {{node foo}}")

@@ -88,7 +88,8 @@ def error_summary(exc: BaseException) -> str:
     if "in user code:" in lines[0]:  # after the frames: "ValueError: the batch is empty"
         at = max((i for i, x in enumerate(lines) if x.startswith(name + ":")), default=len(lines) - 1)
     elif lines[0].startswith("Graph execution error"):
-        body = [i for i, x in enumerate(lines) if i and not x.startswith(("File ", "Detected at", "[[", "[Op:"))]
+        body = [i for i, x in enumerate(lines)
+                if i and not x.startswith(("File ", "Detected at", "[[", "[Op:", "<stack traces unavailable>"))]
         at = body[0] if body else 0
     line = lines[at]
     if "Exception encountered when calling" in line and at + 1 < len(lines):
