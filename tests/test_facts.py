@@ -103,6 +103,7 @@ def test_tensor_ids_keep_their_parts():
     assert op_id("add", "cond/then_branch") == "cond/then_branch::add"
     prior = TensorRef.parse("while/body::scatter:pre1@4")
     assert (prior.is_prior, prior.is_state, prior.port, prior.iteration) == (True, False, 1, 4)
+    assert (str(prior.at(None)), str(prior.at(7))) == ("while/body::scatter:pre1", "while/body::scatter:pre1@7")
     for bad in ["noport", "op:x", "op:res", "op:pre", ":1", "op:1@x"]:
         with pytest.raises(ValueError):
             TensorRef.parse(bad)

@@ -77,7 +77,7 @@ class Instrumented:
             for k in range(most):
                 for tid in self.region_taps[r]:
                     ref = TensorRef.parse(tid)
-                    taps.append(str(TensorRef(ref.op, ref.port, ref.kind, k)))
+                    taps.append(str(ref.at(k)))
             for row, m in zip(rows, matrices):
                 block = m[r][:, 1:]  # column 0: where it ran
                 for k in range(most):

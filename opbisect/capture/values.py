@@ -26,7 +26,7 @@ class BodyValues:
 
     def tensors(self, region: str) -> list[str]:
         """The tensor ids (without execution) a body hands over, in order."""
-        return [str(TensorRef(r.op, r.port, r.kind)) for r in self.wanted.get(region, [])]
+        return [str(r.at(None)) for r in self.wanted.get(region, [])]
 
     def start_run(self) -> None:
         self.runs.append({})

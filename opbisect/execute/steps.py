@@ -120,7 +120,7 @@ def _execution(op: str, sources) -> int | None:
 def _at(tensor: str, execution: int | None) -> str:
     """A tensor id at an execution of its body (a tensor of the top level: itself)."""
     ref = TensorRef.parse(tensor)
-    return tensor if not ref.region else str(TensorRef(ref.op, ref.port, ref.kind, execution))
+    return tensor if not ref.region else str(ref.at(execution))
 
 
 def _node_def(trace, top_level: dict, op: str):

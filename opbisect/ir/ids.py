@@ -76,6 +76,10 @@ class TensorRef:
     def is_prior(self) -> bool:
         return self.kind == PRIOR
 
+    def at(self, iteration: int | None) -> "TensorRef":
+        """The same tensor at another execution of its body (None: the tensor, no execution named)."""
+        return dataclasses.replace(self, iteration=iteration)
+
     @property
     def region(self) -> str:
         return split_op_id(self.op)[0]
