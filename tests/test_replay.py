@@ -7,10 +7,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from opbisect.capture import fingerprint
+from opbisect.capture import taps as capture
 from opbisect.capture.values import BodyValues
 from opbisect.execute.steps import WITHOUT_XLA
+from opbisect.targets.loader import load_target
+from opbisect.trace.trace import trace_step
 
-from conftest import NOISE_STEP, until_it_fires
+from conftest import NOISE_STEP, until_it_fires, write_script
 
 # use_mode varies on identical inputs in the step because set_mode, which runs first, draws a new mode each run.
 # Alone, nothing changes the mode: it does not vary. A source that needs its context.
@@ -138,6 +142,35 @@ def test_a_source_in_a_branch_inside_a_loop_is_replayed_on_the_inputs_of_its_fir
     # does that run measure the source's own values (its magnitude)
     assert (source.replay_note == WITHOUT_XLA) == jit
     assert (source.max_abs_diff is not None) != jit
+
+
+def _control_flow_lowering(inst, trace) -> list[bool]:
+    """Whether each loop and branch op of an instrumented step (its top level and every body) lowers to
+    Switch/Merge, where TensorFlow places each node of its bodies on its own."""
+    gd = inst.fn.get_concrete_function(*trace.arg_specs()).graph.as_graph_def()
+    library = {f.signature.name: f for f in gd.library.function}
+    nodes, seen = list(gd.node), set()
+    for n in nodes:  # grows: the nodes of each function called (the library also keeps the bodies replaced)
+        called = [a.func.name for a in n.attr.values()] + [f.name for a in n.attr.values() for f in a.list.func]
+        for name in set(called) & set(library) - seen:
+            seen.add(name)
+            nodes.extend(library[name].node_def)
+    return [n.attr["_lower_using_switch_merge"].b for n in nodes if n.op in ("If", "StatelessIf", "While",
+                                                                            "StatelessWhile")]
+
+
+def test_the_pass_recording_body_values_of_an_xla_step_lowers_its_loops_and_branches(tmp_path):
+    # Traced for XLA, a loop or branch stays a function run whole on its op's device: on a GPU the host callback
+    # in it has no kernel (the H200's NotFoundError). The pass runs without XLA, lowered as a plain step is.
+    target = load_target(write_script(tmp_path, "model_step", NOISE_IN_BRANCH_IN_LOOP.format(jit=True)))
+    trace = trace_step(target, target.make_inputs())
+    noise = next(op for op in trace.graph.ops if op.endswith("noise/RandomUniform"))
+    fp = fingerprint.WeightedSumFingerprinter()
+    under_xla = _control_flow_lowering(capture.build(trace, [], fp, descend=True), trace)
+    recording = _control_flow_lowering(
+        capture.build(trace, [], fp, descend=True, values=BodyValues([f"{noise}:0@0"])), trace)
+    assert len(under_xla) == len(recording) == 2  # the loop and the branch in it
+    assert not any(under_xla) and all(recording)
 
 
 def test_a_write_in_a_loop_body_is_replayed_from_the_state_the_write_before_it_left_there(run_step):

@@ -1,0 +1,28 @@
+#!/bin/bash
+# Session 17 on one H200: the pass recording the values inside bodies now lowers the loops and branches of a step
+# traced for XLA (session 16's NotFoundError there: a body run whole on the GPU, with a host callback in it).
+# Run on the device machine from the project root, after `source /root/tfenv.sh` (../shared/gpu/README.md):
+#   bash reports/h200/session17/run.sh bodies   # the replay tests of a body under XLA; the two XLA examples whose
+#                                               # sources are in a branch, traced, each reproducer in a fresh process
+#   bash reports/h200/session17/run.sh check    # verify both with those traces' CSVs; the replay and verify tests
+set -u
+SESSION=session17 PHASE=${1:-bodies}
+source reports/h200/lib.sh
+if [ "$PHASE" = bodies ]; then
+  run replay-tests 120 python3 -m pytest -q -p no:cacheprovider tests/test_replay.py -k "branch_inside or lowers"
+  for ex in mixed_precision_fit bert_like_fit_mixed; do
+    run "$ex" 300 python3 -m opbisect trace "examples/$ex.py" --runs 5 --out "$R" --no-progress
+    for f in "$R/$ex"/repro/*.py; do
+      [ -f "$f" ] || continue
+      start=$(date +%s); timeout 60 python3 "$f" > /tmp/repro.out 2>&1; code=$?
+      echo "${f#$R/} exit=$code seconds=$(( $(date +%s) - start )): $(tail -1 /tmp/repro.out)" | tee -a "$R/reproducers.txt"
+    done
+    pack
+  done
+elif [ "$PHASE" = check ]; then
+  for ex in mixed_precision_fit bert_like_fit_mixed; do
+    verify "$ex" 200 "/root/$SESSION/bodies/$ex/sources.csv"
+  done
+  run tests 300 python3 -m pytest -q -p no:cacheprovider tests/test_replay.py tests/test_verify.py
+fi
+pack
