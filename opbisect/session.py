@@ -30,7 +30,7 @@ from . import report, tfcompat
 from .analysis import facts, preflight
 from .analysis.rank import rank
 from .analysis.sources import in_process_rows, replica_count
-from .errors import CannotTest, TargetError
+from .errors import CannotTest, TargetError, UsageError
 from .ir.ids import state_id
 from .record import store
 from .record.model import Facts, Finding, Meta, Record
@@ -49,7 +49,12 @@ def setup_tensorflow(device: str):
     if device == "gpu" and not gpus:
         raise CannotTest("--device gpu, but TensorFlow sees no GPU")
     if device == "cpu" and gpus:
-        tf.config.set_visible_devices([], "GPU")
+        try:
+            tf.config.set_visible_devices([], "GPU")
+        except RuntimeError:  # only from Python: the command line starts TensorFlow here, before any op
+            raise UsageError("device 'cpu' asked for in a process whose TensorFlow has already started on its GPU; "
+                             "run opbisect in a fresh process (the command line) or hide the GPU first "
+                             "(CUDA_VISIBLE_DEVICES=)") from None
     return tf, ("gpu" if gpus and device != "cpu" else "cpu")
 
 

@@ -136,6 +136,22 @@ def test_a_gpu_asked_for_where_none_is_cannot_be_tested(capsys, tmp_path):
     assert "sees no GPU" in capsys.readouterr().err
 
 
+def test_the_cpu_asked_for_where_tensorflow_already_started_on_a_gpu_is_a_usage_error(capsys, monkeypatch, tmp_path):
+    # From Python, in a process that already ran TensorFlow on a GPU: TensorFlow refuses to hide it (its own
+    # RuntimeError, planted here with the GPU, which this machine may lack); never an internal error
+    def refused(*args):
+        raise RuntimeError("Visible devices cannot be modified after being initialized")
+
+    listed = tf.config.list_physical_devices
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind=None: ["GPU:0"] if kind == "GPU" else listed(kind))
+    monkeypatch.setattr(tf.config, "set_visible_devices", refused)
+    script = write_script(tmp_path, "step", PLANTED.format(vary_on="set()"))
+    assert main(["trace", str(script), "--device", "cpu", "--out", str(tmp_path / "r")]) == 128
+    assert "fresh process" in capsys.readouterr().err.splitlines()[-1]
+    assert not (tmp_path / "r").exists() or list((tmp_path / "r").iterdir()) == []
+
+
 def test_state_that_does_not_come_back_cannot_be_tested(monkeypatch, run_step):
     from opbisect.execute import snapshot
 

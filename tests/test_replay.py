@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from opbisect.capture import fingerprint
 from opbisect.capture import taps as capture
-from opbisect.capture.values import BodyValues
+from opbisect.capture.values import BodyValues, UnfixedShape
 from opbisect.execute.steps import WITHOUT_XLA
 from opbisect.targets.loader import load_target
 from opbisect.trace.trace import trace_step
@@ -110,37 +110,44 @@ SCATTER_IN_LOOP = SCATTER_AFTER_WRITE.replace("""    table.assign(table * 0.5)
 """)
 
 NOISE_IN_BRANCH_IN_LOOP = """
-v = tf.Variable(tf.zeros([4]), name="v")
+v = tf.Variable(tf.zeros([64]), name="v")
 
 
 @tf.function(jit_compile={jit})
 def step(x):
     def body(i, s):
         v.assign_add(x)
-        noisy = tf.cond(i > 1, lambda: v * tf.random.uniform([4], name="noise"), lambda: v * 2.0)
+        logits = tf.reshape(v * tf.cast(i, tf.float32), [1, 64]) / 512.0
+        drawn = lambda: x * tf.cast(tf.random.categorical(logits, 64, name="noise")[0], tf.float32)
+        noisy = tf.cond(i > 1, drawn, lambda: v * 2.0)
         return i + 1, s + tf.reduce_sum(noisy)
     _, total = tf.while_loop(lambda i, s: i < 4, body, (tf.constant(0), tf.constant(0.0)))
     return total
 
 
-inputs = (tf.ones([4]),)
+inputs = (tf.range(1.0, 65.0),)
 """
 
 
-@pytest.mark.parametrize("jit", [False, True])
-def test_a_source_in_a_branch_inside_a_loop_is_replayed_on_the_inputs_of_its_first_execution(run_step, jit):
+@pytest.mark.parametrize("jit, fixed", [(False, True), (True, True), (True, False)],
+                         ids=["no XLA", "XLA", "XLA, a value with no fixed shape"])
+def test_a_source_in_a_branch_inside_a_loop_is_replayed_on_the_inputs_of_its_first_execution(run_step, monkeypatch,
+                                                                                             jit, fixed):
+    if not fixed:  # planted: no zeros to thread its value out of XLA from, so the host takes it, without XLA
+        monkeypatch.setattr(BodyValues, "shape", lambda self, slot: (_ for _ in ()).throw(UnfixedShape(slot)))
     t = run_step(NOISE_IN_BRANCH_IN_LOOP.format(jit=jit), runs=3, replay_runs=5)
     assert t.record.meta.jit_compile == jit
     row = t.csv.iloc[0]
     assert row["region"] == "while/body::while/cond/then_branch" and row["kind"] == "random"
     assert (row["replay_runs"], row["replay_distinct"]) == (5, 5)
-    assert row["reproducer"] == "repro/1_RandomUniform.py"  # conftest ran it in a fresh process: it exited 1
-    saved = np.load(t.csv_path.parent / "repro" / "1_RandomUniform.npz")
-    assert saved["in_0"].tolist() == [4]  # the shape the branch fed it
+    assert row["reproducer"] == "repro/1_Multinomial.py"  # conftest ran it in a fresh process: it exited 1
+    saved = np.load(t.csv_path.parent / "repro" / "1_Multinomial.npz")
+    # the branch's first execution is the loop's third (i = 2): v is then 3 x, the logits 6 x / 512
+    assert saved["in_0"].tolist() == [(6 * np.arange(1, 65) / 512).tolist()]
     source = t.record.sources[0]
-    # under XLA its inputs come from a run of the step without XLA, which the replay says; and only outside XLA
-    # does that run measure the source's own values (its magnitude)
-    assert (source.replay_note == WITHOUT_XLA) == jit
+    # under XLA its inputs come out of the compiled step, threaded out of the bodies; from a run without XLA only
+    # where they cannot be, which the replay says; only outside XLA is the source's magnitude measured
+    assert (source.replay_note == WITHOUT_XLA) == (jit and not fixed)
     assert (source.max_abs_diff is not None) != jit
 
 
@@ -160,11 +167,12 @@ def _control_flow_lowering(inst, trace) -> list[bool]:
 
 
 def test_the_pass_recording_body_values_of_an_xla_step_lowers_its_loops_and_branches(tmp_path):
-    # Traced for XLA, a loop or branch stays a function run whole on its op's device: on a GPU the host callback
-    # in it has no kernel (the H200's NotFoundError). The pass runs without XLA, lowered as a plain step is.
+    # Where a value cannot be threaded out of an XLA step, a host callback takes it and the pass runs without XLA.
+    # Traced for XLA, a loop or branch stays a function run whole on its op's device: on a GPU the callback in it
+    # had no kernel (the H200's NotFoundError). So the pass lowers them, as a step traced without XLA is.
     target = load_target(write_script(tmp_path, "model_step", NOISE_IN_BRANCH_IN_LOOP.format(jit=True)))
     trace = trace_step(target, target.make_inputs())
-    noise = next(op for op in trace.graph.ops if op.endswith("noise/RandomUniform"))
+    noise = next(op for op in trace.graph.ops if op.endswith("noise/Multinomial"))
     fp = fingerprint.WeightedSumFingerprinter()
     under_xla = _control_flow_lowering(capture.build(trace, [], fp, descend=True), trace)
     recording = _control_flow_lowering(
@@ -182,6 +190,25 @@ def test_a_write_in_a_loop_body_is_replayed_from_the_state_the_write_before_it_l
     assert (saved["state_0"] == 0.5).all() and saved["state_0"].shape == (4, 64)
 
 
+def test_under_xla_the_state_a_write_in_a_loop_starts_from_is_threaded_out_at_each_execution_asked(tmp_path):
+    # The write's state before it is read inside the body, where the read carries no shape: the variable's own
+    # shape starts its slot. The step stays compiled (threaded), and each execution gets its own state.
+    source = SCATTER_IN_LOOP.replace("@tf.function\n", "@tf.function(jit_compile=True)\n")
+    target = load_target(write_script(tmp_path, "model_step", source))
+    args = target.make_inputs()
+    trace = trace_step(target, args)
+    write = next(op for op in trace.graph.ops if op.endswith("ResourceScatterAdd"))
+    values = BodyValues([f"{write}:pre0@0", f"{write}:pre0@1"], threaded=True)
+    capture.build(trace, [], fingerprint.WeightedSumFingerprinter(), descend=True, values=values)(args)
+    updates, rows = (a.numpy() for a in args)
+    first = np.full([4, 64], 0.5, np.float32)  # ones halved
+    second = first.copy()
+    np.add.at(second, rows, updates)
+    taken = values.runs[-1]
+    assert trace.jit_compile and (taken[f"{write}:pre0@0"] == first).all()
+    np.testing.assert_allclose(taken[f"{write}:pre0@1"], second * 0.5, rtol=1e-4, atol=1e-3)
+
+
 def test_where_recording_a_bodys_values_fails_its_source_is_not_replayed_and_the_verdict_stands(run_step,
                                                                                                 monkeypatch):
     def failing(self, region, index, tensors):  # the host callback raises: the pass fails at run time
@@ -189,7 +216,7 @@ def test_where_recording_a_bodys_values_fails_its_source_is_not_replayed_and_the
 
     monkeypatch.setattr(BodyValues, "take", failing)
     t = run_step(NOISE_IN_BRANCH_IN_LOOP.format(jit=False), runs=3, replay_runs=5)
-    assert t.code == 1 and t.sources == ["while/body::while/cond/then_branch::while/cond/noise/RandomUniform"]
+    assert t.code == 1 and t.sources == ["while/body::while/cond/then_branch::while/cond/noise/Multinomial"]
     source = t.record.sources[0]
     assert source.replay_runs is None and not source.reproducer
     assert source.replay_note.startswith("not replayed alone: recording its inputs inside the body failed")

@@ -169,21 +169,6 @@ def test_verify_refuses_ops_the_step_does_not_have(tmp_path):
     assert done.returncode == 128
 
 
-def test_the_cpu_scatter_race_example_is_reproducible_patched_from_its_reports_csv(tmp_path):
-    # The committed CPU report's CSV: a fresh trace here may not see the live race fire on a loaded machine, while
-    # the patched step must give one result whether or not the race fires.
-    script, csv = EXAMPLES / "embedding_sgd.py", ROOT / "reports" / "cpu" / "embedding_sgd" / "sources.csv"
-    fixable = [r.op_name for r in pd.read_csv(csv).itertuples() if r.kind in ("op", "write")]
-    assert fixable == ["sgd/ResourceScatterSub"]
-    # on the CPU, where the report was made, on any machine (a GPU has sources of its own the CSV does not name)
-    code, variants, record = verify(script, tmp_path, patch=str(csv), switches=False, runs=4, device="cpu")
-    # where another test imported the example in this process first, Keras renumbered its scopes (sgd -> sgd_1)
-    assert record["replaced"] == [record["renamed"].get(s, s) for s in fixable]
-    assert code == 0 and variants.loc[PATCHED, "distinct"] == 1
-    # the same numbers up to summation order: within the plain step's own float noise, and never far
-    assert variants.loc[PATCHED, "max_abs_diff"] < 1e-5
-
-
 KERAS_FIT = """
 import keras
 
@@ -416,8 +401,14 @@ def test_verify_compares_every_variant_with_the_step_on_the_cpu_and_never_recomm
     # From the command line, as a user runs it: the parent is a fresh process like its child, so Keras names the
     # variables alike in both (a parent that imported the example before would have renumbered its scopes, and the
     # child's start could not be matched to it: `comparable` False, as the other child variants would be)
+    # The committed CPU report's CSV: a fresh trace here may not see the live race fire on a loaded machine, while
+    # the patched step must give one result whether or not the race fires. On the CPU, where the report was made,
+    # on any machine (a GPU has sources of its own the CSV does not name): in a child, since the process that hides
+    # the GPU must not have started TensorFlow on it.
     script = EXAMPLES / "embedding_sgd.py"
     csv = ROOT / "reports" / "cpu" / "embedding_sgd" / "sources.csv"
+    fixable = [r.op_name for r in pd.read_csv(csv).itertuples() if r.kind in ("op", "write")]
+    assert fixable == ["sgd/ResourceScatterSub"]
     done = cli("verify", str(script), "--patch", str(csv), "--no-switches", "--cpu-reference", "on", "--runs", "3",
                "--timing-runs", "6", "--device", "cpu", "--out", str(tmp_path / "r"))
     folder = tmp_path / "r" / "embedding_sgd-verify"
@@ -425,6 +416,9 @@ def test_verify_compares_every_variant_with_the_step_on_the_cpu_and_never_recomm
     record = json.loads((folder / "verification.json").read_text())
     assert done.returncode == 0, done.stderr[-3000:]
     assert list(variants.index) == [PLAIN, PATCHED, CPU_REFERENCE]
+    assert record["replaced"] == fixable and variants.loc[PATCHED, "distinct"] == 1
+    # the same numbers up to summation order: within the plain step's own float noise, and never far
+    assert variants.loc[PATCHED, "max_abs_diff"] < 1e-5
     ref = variants.loc[CPU_REFERENCE]
     assert ref["reference"] and ref["comparable"] and ref["error"] != ref["error"]  # NaN: no error
     assert record["recommendation"] != CPU_REFERENCE

@@ -22,6 +22,7 @@ capture nodes added) and put in the step's function library; no Python name is p
 
 from __future__ import annotations
 
+from ..ir.ids import TensorRef
 from .taps import PREFIX, _GraphDefBuilder, digest_vector, graph_importer, tap_specs, tappable_tensors
 
 INDEX = f"{PREFIX}/index"  # placeholder in a rebuilt body: the index of its current execution
@@ -75,8 +76,8 @@ def rewrite_control_flow(b: _GraphDefBuilder, trace, scope: str, fingerprinter, 
                          matrices: dict[str, str], values=None) -> dict[str, str]:
     """Rewire every entered loop and branch op of `scope` (whose GraphDef `b` holds). `index` is the spec of the
     current execution's index of `scope`, `matrices` the specs of the matrices of the bodies nested in it (as they
-    come in); `values` (capture.values.BodyValues, or None) the tensors each body hands to the host. Returns the
-    specs of those matrices as they come out of the ops."""
+    come in), and of the slots of their values where `values` (capture.values.BodyValues, or None: the values the
+    bodies hand over) threads them. Returns the specs of those matrices and slots as they come out of the ops."""
     import tensorflow as tf
     from tensorflow.core.framework import tensor_shape_pb2
 
@@ -88,6 +89,7 @@ def rewrite_control_flow(b: _GraphDefBuilder, trace, scope: str, fingerprinter, 
     out = {}
     for op_name, bodies in by_op.items():
         report = [r for body in bodies for r in graph.subregions(body.id)]
+        slots = values.slots(report) if values is not None else []
         shapes_of = {r: shape(trace, r) for r in report}
         node = b.nodes[op_name]
         if values is not None:
@@ -106,15 +108,15 @@ def rewrite_control_flow(b: _GraphDefBuilder, trace, scope: str, fingerprinter, 
                 node.attr[body.suffix].func.name = name
         int64 = tf.int64.as_datatype_enum
         if loop:
-            node.attr["cond"].func.name = _cond_function(b, bodies[0], report, shapes_of)
-            node.attr["T"].list.type.extend([int64] * (1 + len(report)))
+            node.attr["cond"].func.name = _cond_function(b, trace, bodies[0], report, shapes_of, slots)
+            node.attr["T"].list.type.extend([int64] * (1 + len(report)) + _dtypes(graph, slots))
         else:
-            node.attr["Tin"].list.type.extend([int64] * (1 + len(report)))
-            node.attr["Tout"].list.type.extend([int64] * len(report))
+            node.attr["Tin"].list.type.extend([int64] * (1 + len(report)) + _dtypes(graph, slots))
+            node.attr["Tout"].list.type.extend([int64] * len(report) + _dtypes(graph, slots))
         data = [i for i in node.input if not i.startswith("^")]
         control = [i for i in node.input if i.startswith("^")]
         del node.input[:]
-        node.input.extend(data + [index] + [matrices[r] for r in report] + control)
+        node.input.extend(data + [index] + [matrices[k] for k in report + slots] + control)
         shapes = node.attr["output_shapes"].list.shape if "output_shapes" in node.attr else None
         if shapes is not None and len(shapes) == n0:
             if loop:
@@ -124,9 +126,44 @@ def rewrite_control_flow(b: _GraphDefBuilder, trace, scope: str, fingerprinter, 
                 for size in shapes_of[r]:
                     proto.dim.add(size=size)
                 shapes.append(proto)
+            shapes.extend(tensor_shape_pb2.TensorShapeProto(unknown_rank=True) for _ in slots)
         first = n0 + (1 if loop else 0)
-        out.update({r: f"{op_name}:{first + j}" for j, r in enumerate(report)})
+        out.update({k: f"{op_name}:{first + j}" for j, k in enumerate(report + slots)})
     return out
+
+
+def slot_zeros(b: _GraphDefBuilder, trace, values, names: dict[str, str]) -> None:
+    """For the step's top level, once every body is traced (which fixes each slot's shape): each threaded slot's
+    value before its body runs, zeros, as the node `names` gives it in b's GraphDef."""
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow.core.framework import attr_value_pb2
+
+    for slot, name in names.items():
+        dtype = _dtypes(trace.graph, [slot], enum=False)[0]
+        dims = tf.make_tensor_proto(np.asarray(values.shape(slot), np.int32))
+        zero = tf.make_tensor_proto(np.zeros([], dtype.as_numpy_dtype), dtype)
+        b.add(f"{name}/dims", "Const", dtype=tf.int32, value=attr_value_pb2.AttrValue(tensor=dims))
+        b.add(f"{name}/zero", "Const", dtype=dtype, value=attr_value_pb2.AttrValue(tensor=zero))
+        b.add(name, "Fill", [f"{name}/dims:0", f"{name}/zero:0"], T=dtype, index_type=tf.int32)
+
+
+def _variable_shape(trace, tid: str):
+    """A variable's state has the variable's shape, which reading it inside a body does not carry; None for an
+    output."""
+    ref = TensorRef.parse(tid)
+    if not (ref.is_state or ref.is_prior):
+        return None
+    var = trace.variables.get(dict(trace.graph.resources(ref.op)).get(ref.port))
+    return None if var is None else var.shape
+
+
+def _dtypes(graph, slots: list[str], enum: bool = True) -> list:
+    """The dtype of each slot's tensor (as a DataType enum, or a tf.DType)."""
+    import tensorflow as tf
+
+    dtypes = [tf.as_dtype(graph.dtype(str(TensorRef.parse(s).at(None)))) for s in slots]
+    return [d.as_datatype_enum for d in dtypes] if enum else dtypes
 
 
 def empty_matrices(b: _GraphDefBuilder, trace) -> tuple[str, dict[str, str]]:
@@ -148,11 +185,12 @@ def empty_matrices(b: _GraphDefBuilder, trace) -> tuple[str, dict[str, str]]:
     return f"{INDEX}:0", specs
 
 
-def _signature(region, report: list[str], shapes_of: dict) -> list:
+def _signature(trace, region, report: list[str], shapes_of: dict, slots: list[str]) -> list:
     import tensorflow as tf
 
     return ([tf.TensorSpec(s, dtype) for dtype, s in region.arg_specs] + [tf.TensorSpec([], tf.int64)]
-            + [tf.TensorSpec([None if n < 0 else n for n in shapes_of[r]], tf.int64) for r in report])
+            + [tf.TensorSpec([None if n < 0 else n for n in shapes_of[r]], tf.int64) for r in report]
+            + [tf.TensorSpec(None, dtype) for dtype in _dtypes(trace.graph, slots, enum=False)])
 
 
 def _body_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes_of: dict, fingerprinter,
@@ -167,41 +205,48 @@ def _body_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes
     spec = tap_specs(rb, graph, region.id, taps)
     fps, layout = digest_vector(rb, graph, [(spec(t), graph.dtype(t)) for t in taps], fingerprinter)
     inner = graph.subregions(region.id)[1:]  # the bodies nested in this one
-    ours = [INDEX] + [f"{PREFIX}/in/{j}" for j, _ in enumerate(inner)]
-    for name in ours:
-        rb.add(name, "Placeholder", dtype=tf.int64)
-    nested = rewrite_control_flow(rb, trace, region.id, fingerprinter, f"{INDEX}:0",
-                                  {r: f"{PREFIX}/in/{j}:0" for j, r in enumerate(inner)}, values)
+    slots = values.slots(report) if values is not None else []  # threaded values: carried after the matrices
+    through = inner + (values.slots(inner) if values is not None else [])  # what the nested ops carry
+    ours = {INDEX: INDEX, **{k: f"{PREFIX}/in/{j}" for j, k in enumerate(through)}}
+    for k, name in ours.items():
+        rb.add(name, "Placeholder", dtype=tf.int64 if k == INDEX or k in inner else _dtypes(graph, [k])[0])
+    nested = rewrite_control_flow(rb, trace, region.id, fingerprinter, f"{ours[INDEX]}:0",
+                                  {k: f"{ours[k]}:0" for k in through}, values)
     taken = values.tensors(region.id) if values is not None else []
-    wanted = list(region.output_names) + [fps] + [nested[r] for r in inner] + [spec(t) for t in taken]
-    run = graph_importer(rb.gd, list(region.arg_names) + list(ours), wanted, "body")
+    fixed = [_variable_shape(trace, t) for t in taken]
+    wanted = list(region.output_names) + [fps] + [nested[k] for k in through] + [spec(t) for t in taken]
+    run = graph_importer(rb.gd, list(region.arg_names) + list(ours.values()), wanted, "body")
     order = None if layout is None else np.argsort(np.asarray(layout))  # vector position of each tap
     n_args, n_out = len(region.arg_names), len(region.output_names)
     rows, cols = capacity(trace, region.id), shapes_of[region.id][1]
 
     def body(*args):
         rb.register(tf.compat.v1.get_default_graph())
-        tick, came = args[n_args], dict(zip(report, args[n_args + 1:]))
+        tick, came = args[n_args], dict(zip(report + slots, args[n_args + 1:]))
         index = tf.shape(came[region.id], out_type=tf.int64)[0] if rows is None else came[region.id][0, 0]
         feeds = {f"{a}:0": x for a, x in zip(region.arg_names, args)}
-        feeds[f"{INDEX}:0"] = index
-        feeds.update({f"{PREFIX}/in/{j}:0": came[r] for j, r in enumerate(inner)})
+        feeds[f"{ours[INDEX]}:0"] = index
+        feeds.update({f"{ours[k]}:0": came[k] for k in through})
         got = run(feeds)
-        if taken:
-            values.take(region.id, index, got[len(got) - len(taken):])
+        gone = dict(zip(through, got[n_out + 1:n_out + 1 + len(through)]))
+        mine = got[n_out + 1 + len(through):]  # the tensors `taken`
+        if taken and values.threaded:
+            mine = [x if shape is None else tf.ensure_shape(x, shape) for x, shape in zip(mine, fixed)]
+            gone.update(values.fill(region.id, index, mine, came))
+        elif taken:
+            values.take(region.id, index, mine)
         digests = got[n_out] if order is None else tf.gather(got[n_out], order)
         row = tf.concat([tf.reshape(tick, [1, 1]), tf.reshape(digests, [1, cols - 1])], 1)
-        gone = dict(zip(inner, got[n_out + 1:n_out + 1 + len(inner)]))
         gone[region.id] = _append(came[region.id], row, rows)[0]
         carried = [tick] if loop else []
-        return [tf.identity(v) for v in got[:n_out]] + carried + [gone.get(r, came[r]) for r in report]
+        return [tf.identity(v) for v in got[:n_out]] + carried + [gone.get(k, came[k]) for k in report + slots]
 
-    fn = tf.function(body, input_signature=_signature(region, report, shapes_of), autograph=False)
+    fn = tf.function(body, input_signature=_signature(trace, region, report, shapes_of, slots), autograph=False)
     b.functions.extend(rb.functions)
     return _into_library(b, fn.get_concrete_function())
 
 
-def _cond_function(b: _GraphDefBuilder, region, report: list[str], shapes_of: dict) -> str:
+def _cond_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes_of: dict, slots: list[str]) -> str:
     """The loop's condition, taking (and ignoring) the extra loop variables."""
     import tensorflow as tf
 
@@ -212,7 +257,7 @@ def _cond_function(b: _GraphDefBuilder, region, report: list[str], shapes_of: di
     def fn(*args):
         return tf.identity(run({f"{n}:0": x for n, x in zip(names, args)})[0])
 
-    sig = _signature(region, report, shapes_of)
+    sig = _signature(trace, region, report, shapes_of, slots)
     return _into_library(b, tf.function(fn, input_signature=sig, autograph=False).get_concrete_function())
 
 

@@ -43,7 +43,8 @@ class Instrumented:
     layout: np.ndarray | None = None  # tap index of each position of the digest vector (None: tap order)
     concrete: Any = None  # traced once, on the first call: resource handles would retrace the tf.function
     calls: int = 0  # the first traces and compiles the function: timed apart (Runner.instrumented)
-    values: Any = None  # capture.values.BodyValues: what the bodies hand to the host, per run
+    values: Any = None  # capture.values.BodyValues: what the bodies hand over, per run
+    slots: list[str] = dataclasses.field(default_factory=list)  # the values threaded out, returned after the matrices
 
     def __call__(self, args: tuple) -> tuple[np.ndarray, list, list, dict[str, np.ndarray]]:
         """Digests of the taps, the step's outputs, the `full` tensors, and per entered body its digest matrix
@@ -64,6 +65,9 @@ class Instrumented:
         from .regions import read_rows
 
         bodies = {r: read_rows(self.trace, r, m.numpy()) for r, m in zip(self.regions, matrices)}
+        if self.slots:
+            self.values.keep({s: v.numpy() for s, v in zip(self.slots, matrices[len(self.regions):])},
+                             {r: ran for r, (_, ran) in bodies.items()})
         return digests, list(outs), [t.numpy() for t in full], bodies
 
     def unrolled(self, fps: list[np.ndarray], bodies: list[dict]) -> tuple[list[str], list[list]]:
@@ -328,18 +332,24 @@ def digest_vector(b: _GraphDefBuilder, graph, specs: list[tuple[str, str]], fing
 def instrumented_graph_def(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = (),
                            descend: bool = True, grouped: bool = False, values=None):
     """(the builder holding the GraphDef, fingerprint vector spec, specs of the `full` tensors, layout of the vector
-    or None, {region: spec of its digest matrix}). `descend`: rebuild the entered loop and branch bodies with
-    taps of their own. `grouped`: no digest nodes for the top level's taps; the specs of the tapped tensors
-    themselves stand for the vector, for `fingerprinter.many` to digest after the import. `values`: tensors the
-    bodies hand to the host (capture.values)."""
-    from .regions import empty_matrices, rewrite_control_flow
+    or None, {region: spec of its digest matrix, then threaded slot: spec of its value}). `descend`: rebuild the
+    entered loop and branch bodies with taps of their own. `grouped`: no digest nodes for the top level's taps;
+    the specs of the tapped tensors themselves stand for the vector, for `fingerprinter.many` to digest after the
+    import. `values`: tensors the bodies hand over (capture.values)."""
+    from .regions import empty_matrices, rewrite_control_flow, slot_zeros
 
     graph = trace.graph
     b = _GraphDefBuilder(trace.graph_def)
     spec = tap_specs(b, graph, "", taps)
     specs = [(spec(t), graph.dtype(t)) for t in taps]
     fps, layout = ([s for s, _ in specs], None) if grouped else digest_vector(b, graph, specs, fingerprinter)
-    regions = rewrite_control_flow(b, trace, "", fingerprinter, *empty_matrices(b, trace), values) if descend else {}
+    if not descend:
+        return b, fps, [spec(t) for t in full], layout, {}
+    index, matrices = empty_matrices(b, trace)
+    slots = {s: f"{PREFIX}/slot/{j}" for j, s in enumerate(values.slots(list(trace.regions)) if values else [])}
+    regions = rewrite_control_flow(b, trace, "", fingerprinter, index,
+                                   {**matrices, **{s: f"{name}:0" for s, name in slots.items()}}, values)
+    slot_zeros(b, trace, values, slots)  # now that the bodies are traced: their shapes are known
     return b, fps, [spec(t) for t in full], layout, regions
 
 
@@ -405,19 +415,21 @@ def step_importer(trace: Trace, graph_def, register: Callable, wanted: list[str]
 
 def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = (),
           descend: bool = True, values=None) -> Instrumented:
-    """The instrumented step. `values` (capture.values.BodyValues): tensors inside bodies handed to the host at
-    each body's first execution; a host callback XLA cannot compile, so that step runs without XLA."""
+    """The instrumented step. `values` (capture.values.BodyValues): tensors inside bodies, each at one execution,
+    threaded out of the bodies, or handed to the host by a callback XLA cannot compile (that step runs without
+    XLA)."""
     import tensorflow as tf
 
-    jit = bool(trace.jit_compile) and values is None
+    jit = bool(trace.jit_compile) and (values is None or values.threaded)
     # Under XLA the weighted sums are made after the import, grouped by size (`many`): a digest node per tap
     # compiles a reduction per tap (2000 taps of a small BERT-like step: most of the op analysis on a CPU).
     grouped = jit and not fingerprinter.fused
     b, fps_spec, full_specs, layout, region_specs = instrumented_graph_def(trace, taps, fingerprinter, full, descend,
                                                                            grouped, values)
-    regions = list(region_specs)
+    slots = values.slots(list(trace.regions)) if values is not None else []
+    regions = [r for r in region_specs if r not in set(slots)]
     tapped = fps_spec if grouped else [fps_spec]
-    wanted = tapped + list(trace.output_names) + full_specs + [region_specs[r] for r in regions]
+    wanted = tapped + list(trace.output_names) + full_specs + [region_specs[r] for r in regions + slots]
     importer = step_importer(trace, b.gd, b.register, wanted)
     k, n, m = len(tapped), len(trace.output_names), len(full_specs)
 
@@ -426,8 +438,9 @@ def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: lis
         fps = fingerprinter.many(got[:k]) if grouped else got[0]
         return fps, got[k:k + n], got[k + n:k + n + m], got[k + n + m:]
 
-    fn = tf.function(body, autograph=False, jit_compile=trace.jit_compile if values is None else False)
-    return Instrumented(taps=list(taps), full=list(full), fn=fn, trace=trace, regions=regions,
+    fn = tf.function(body, autograph=False,
+                     jit_compile=trace.jit_compile if values is None or values.threaded else False)
+    return Instrumented(taps=list(taps), full=list(full), fn=fn, trace=trace, regions=regions, slots=slots,
                         region_taps={r: tappable_tensors(trace, r)[0] for r in regions},
                         layout=None if layout is None else np.asarray(layout), values=values)
 

@@ -1,10 +1,15 @@
 """Whole values of tensors inside loop and branch bodies, for replaying a source there alone.
 
 A body's tensors are digested inside the body (capture.regions): only digests leave it. For a source inside a body
-the replay needs its inputs themselves, so a rebuilt body can also hand chosen tensors to the host through a
-tf.numpy_function, each at one execution of the body (`tensor id@k`: its k-th execution in the step, as the taps
-count them). The callback keeps them here. A numpy_function cannot be compiled by XLA: the pass that records runs
-the step without XLA (the replay runs the op alone as a TensorFlow kernel in any case), and the replay says so.
+the replay needs its inputs themselves, each at one execution of the body (`tensor id@k`: its k-th execution in
+the step, as the taps count them). Two ways out of a body:
+- threaded (a step compiled with XLA): each wanted value is a slot, threaded through every loop and branch op
+  around its body like the digest matrices: zeros at the top level, replaced by the tensor at execution k, passed
+  through unchanged everywhere else. The step runs as it is, under XLA: the same branches taken, the same numbers
+  (run without XLA, a mixed-precision step overflowed where the compiled one did not, and skipped the branch
+  holding the source). Each slot needs a shape fixed when the step is traced; where one is not, the other way.
+- handed to the host by a tf.numpy_function at execution k. XLA cannot compile that callback: a step that
+  compiles with XLA then runs without it, and the replay says so.
 """
 
 from __future__ import annotations
@@ -14,22 +19,62 @@ import numpy as np
 from ..ir.ids import TensorRef
 
 
+class UnfixedShape(Exception):
+    """A threaded slot's tensor has no fixed shape where the step was traced."""
+
+
 class BodyValues:
     """The tensors to take (ids with their execution, `op:0@k`), and per run what was taken."""
 
-    def __init__(self, wanted: list[str]):
+    def __init__(self, wanted: list[str], threaded: bool = False):
         self.wanted: dict[str, list[TensorRef]] = {}
         for t in dict.fromkeys(wanted):
             ref = TensorRef.parse(t)
             self.wanted.setdefault(ref.region, []).append(ref)
+        self.threaded = threaded
+        self.shapes: dict[str, object] = {}  # threaded: each slot's static shape, as its body was traced
         self.runs: list[dict[str, np.ndarray]] = []
 
     def tensors(self, region: str) -> list[str]:
         """The tensor ids (without execution) a body hands over, in order."""
-        return [str(r.at(None)) for r in self.wanted.get(region, [])]
+        return list(dict.fromkeys(str(r.at(None)) for r in self.wanted.get(region, [])))
+
+    def slots(self, regions: list[str]) -> list[str]:
+        """Threaded: the slots (`op:0@k`) of the values taken in `regions`, in order; none otherwise."""
+        return [str(ref) for r in regions for ref in self.wanted.get(r, [])] if self.threaded else []
 
     def start_run(self) -> None:
         self.runs.append({})
+
+    def fill(self, region: str, index, tensors: list, came: dict) -> dict:
+        """Threaded, in the rebuilt body of `region` being traced: each of its slots (in `came`, as they come in)
+        becomes its tensor (of `tensors`, its `tensors(region)` in order) at the execution it names (`index`,
+        an int64 scalar tensor), and stays as it came at any other. The slots as they go out."""
+        import tensorflow as tf
+
+        by_id = dict(zip(self.tensors(region), tensors))
+        out = {}
+        for ref in self.wanted[region]:
+            tensor = by_id[str(ref.at(None))]
+            self.shapes[str(ref)] = tensor.shape
+            out[str(ref)] = tf.where(tf.equal(index, ref.iteration), tensor, came[str(ref)])
+        return out
+
+    def shape(self, slot: str) -> list[int]:
+        """The slot's shape, as its body was traced (the top level starts it as zeros of that shape)."""
+        shape = self.shapes.get(slot)
+        if shape is None or not shape.is_fully_defined():
+            raise UnfixedShape(f"{slot} has no fixed shape ({shape})")
+        return shape.as_list()
+
+    def keep(self, slots: dict[str, np.ndarray], executions: dict[str, int]) -> None:
+        """Threaded, after a run: each slot's value, where its body ran that execution (`executions`: per
+        body, how many times it ran in the run)."""
+        run = self.runs[-1]
+        for slot, value in slots.items():
+            ref = TensorRef.parse(slot)
+            if executions.get(ref.region, 0) > ref.iteration:
+                run[slot] = value
 
     def take(self, region: str, index, tensors: list) -> None:
         """In the rebuilt body of `region` being traced: at each execution (`index`, an int64 scalar tensor) hand
@@ -37,12 +82,13 @@ class BodyValues:
         import tensorflow as tf
 
         refs = self.wanted[region]
+        position = {t: j for j, t in enumerate(self.tensors(region))}
 
         def keep(at, *arrays):
             run = self.runs[-1] if self.runs else {}
-            for ref, a in zip(refs, arrays):
+            for ref in refs:
                 if ref.iteration == int(at):
-                    run[str(ref)] = np.array(a)
+                    run[str(ref)] = np.array(arrays[position[str(ref.at(None))]])
             return np.zeros([], np.int8)
 
         tf.numpy_function(keep, [index, *tensors], tf.int8, stateful=True, name="opbisect_capture_values")

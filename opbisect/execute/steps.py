@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..analysis.compare import Comparison, compare
 from ..analysis.magnitude import of_source
 from ..capture import taps as capture
-from ..capture.values import BodyValues
+from ..capture.values import BodyValues, UnfixedShape
 from ..errors import InternalError
 from ..ir.ids import PRIOR, TensorRef, split_op_id, state_id
 from ..ir.unroll import unroll
@@ -70,15 +70,15 @@ def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: 
                                             "magnitude pass")
             column = {t: [run[i] for run in arrays] for i, t in enumerate(full)}
         body_runs = magnitude_runs if measured else 1
-        in_bodies, failed = _in_bodies(needed + measured, body_runs, runner, trace, fingerprinter, snapshot,
-                                       args_for_run, options, agree, k)
+        in_bodies, failed, without_xla = _in_bodies(needed + measured, body_runs, runner, trace, fingerprinter,
+                                                    snapshot, args_for_run, options, agree, k)
         column.update(in_bodies)
         magnitudes = {s.op: of_source([column[t] for t in s.tensors]) for s in new  # each tensor in every run
                       if s.tensors and all(len(column.get(t, ())) == magnitude_runs for t in s.tensors)}
         inputs = {}
         for op, (call, pre) in calls.items():
             replays[op], inputs[op] = _replayed(call, pre, at[op], column, failed, snapshot, replay_runs, device,
-                                                bool(trace.jit_compile))
+                                                without_xla)
         inputs = {op: got for op, got in inputs.items() if got}
         if full or needed:
             runner.lap("op analysis: magnitudes and replays alone")
@@ -97,7 +97,7 @@ WITHOUT_XLA = "its inputs recorded in a run of the step without XLA (XLA cannot 
 
 
 def _replayed(call, pre: dict, execution: int | None, column: dict, failed: str, snapshot: Snapshot, runs: int,
-              device: str, xla: bool):
+              device: str, without_xla: bool):
     """(the Replay of one source, its (call, values, states) for a reproducer, or None where it was not run)."""
     missing = [t for t in call.captured + list(pre.values()) if t and _at(t, execution) not in column]
     if missing:  # inside a body that did not run in the pass that recorded them, or that pass failed
@@ -105,7 +105,7 @@ def _replayed(call, pre: dict, execution: int | None, column: dict, failed: str,
     values = {t: column[_at(t, execution)][0] for t in call.captured}
     states = {v: column[_at(t, execution)][0] if t else _saved(snapshot, v) for v, t in pre.items()}
     result = replay(call, values, states, runs, device)
-    if xla and execution is not None:
+    if without_xla and execution is not None:
         result.note = "; ".join(n for n in (result.note, WITHOUT_XLA) if n)
     return result, (call, values, states)
 
@@ -132,22 +132,28 @@ def _node_def(trace, top_level: dict, op: str):
 
 
 def _in_bodies(tensors: list[str], runs: int, runner: Runner, trace, fingerprinter, snapshot: Snapshot,
-               args_for_run, options, agree: Agreement, k: int) -> tuple[dict[str, list], str]:
-    """({tensor id@execution: its value there in each of `runs` runs}, "" or why none was recorded) for the
-    `tensors` inside bodies (the others are left out): runs of the step whose bodies hand them to the host
-    (capture.values), without XLA. The replay is an extra: where this pass fails, the sources inside bodies are
-    reported as not replayed, with the error, and the rest of the analysis stands."""
+               args_for_run, options, agree: Agreement, k: int) -> tuple[dict[str, list], str, bool]:
+    """({tensor id@execution: its value there in each of `runs` runs}, "" or why none was recorded, whether they
+    were recorded without the XLA the step compiles with) for the `tensors` inside bodies (the others are left
+    out): runs of the step whose bodies hand them over (capture.values): threaded out of a step that compiles with
+    XLA, where each has a fixed shape; to the host otherwise. The replay is an extra: where this pass fails, the
+    sources inside bodies are reported as not replayed, with the error, and the rest of the analysis stands."""
     inside = [t for t in dict.fromkeys(tensors) if TensorRef.parse(t).region]
     if not agree.any(f"body values pass of step {k}", bool(inside)):
-        return {}, ""
-    values = BodyValues(inside)
+        return {}, "", False
+    values = BodyValues(inside, threaded=bool(trace.jit_compile))
     try:
-        runner.instrumented(capture.build(trace, [], fingerprinter, [], descend=True, values=values), snapshot,
-                            args_for_run, runs, options, "values inside bodies", "body values pass")
-    except InternalError as exc:  # seen once, on the H200 under XLA (NotFoundError), not reproduced on a CPU
-        return {}, f"recording its inputs inside the body failed: {exc}"
+        try:
+            inst = capture.build(trace, [], fingerprinter, [], descend=True, values=values)
+        except UnfixedShape:  # no zeros to start its slot from: the host takes it, the step runs without XLA
+            values = BodyValues(inside)
+            inst = capture.build(trace, [], fingerprinter, [], descend=True, values=values)
+        runner.instrumented(inst, snapshot, args_for_run, runs, options, "values inside bodies", "body values pass")
+    except InternalError as exc:  # session 16, on the H200: a host callback in a body run whole on the GPU
+        return {}, f"recording its inputs inside the body failed: {exc}", False
     taken = {t for run in values.runs for t in run}
-    return {t: [run[t] for run in values.runs if t in run] for t in taken}, ""
+    without_xla = bool(trace.jit_compile) and not values.threaded
+    return {t: [run[t] for run in values.runs if t in run] for t in taken}, "", without_xla
 
 
 def _replay_calls(trace, node_defs: dict, sources, snapshot: Snapshot):

@@ -108,7 +108,7 @@ class OpGraph:
     def dtype(self, tid: str) -> str:
         ref = TensorRef.parse(tid)
         node = self.g.nodes[ref.instance] if ref.instance in self.g else self.g.nodes[ref.op]
-        if ref.is_state:
+        if ref.is_state or ref.is_prior:  # the variable at that resource input, after or before the op
             return node.get("res_dtypes", {}).get(str(ref.port), "unknown")
         return node["outputs"][ref.port][0]
 

@@ -5,6 +5,10 @@
 #   bash reports/h200/session17/run.sh bodies   # the replay tests of a body under XLA; the two XLA examples whose
 #                                               # sources are in a branch, traced, each reproducer in a fresh process
 #   bash reports/h200/session17/run.sh check    # verify both with those traces' CSVs; the replay and verify tests
+# Second lease: under XLA the values inside bodies are now threaded out of the compiled step (run without XLA,
+# bert_like_fit_mixed's loss scale overflowed and the branch holding its sources was skipped):
+#   bash reports/h200/session17/run.sh threaded  # the replay tests; both examples traced again, reproducers run
+#   bash reports/h200/session17/run.sh verify    # verify both with those CSVs; the test fixed after `check`
 set -u
 SESSION=session17 PHASE=${1:-bodies}
 source reports/h200/lib.sh
@@ -19,6 +23,22 @@ if [ "$PHASE" = bodies ]; then
     done
     pack
   done
+elif [ "$PHASE" = threaded ]; then
+  run replay-tests 200 python3 -m pytest -q -p no:cacheprovider tests/test_replay.py -k "branch or lowers or fails"
+  for ex in mixed_precision_fit bert_like_fit_mixed; do
+    run "$ex" 240 python3 -m opbisect trace "examples/$ex.py" --runs 5 --out "$R" --no-progress
+    for f in "$R/$ex"/repro/*.py; do
+      [ -f "$f" ] || continue
+      start=$(date +%s); timeout 60 python3 "$f" > /tmp/repro.out 2>&1; code=$?
+      echo "${f#$R/} exit=$code seconds=$(( $(date +%s) - start )): $(tail -1 /tmp/repro.out)" | tee -a "$R/reproducers.txt"
+    done
+    pack
+  done
+elif [ "$PHASE" = verify ]; then
+  for ex in mixed_precision_fit bert_like_fit_mixed; do
+    verify "$ex" 200 "/root/$SESSION/threaded/$ex/sources.csv"
+  done
+  run tests 120 python3 -m pytest -q -p no:cacheprovider tests/test_verify.py -k never_recommends
 elif [ "$PHASE" = check ]; then
   for ex in mixed_precision_fit bert_like_fit_mixed; do
     verify "$ex" 200 "/root/$SESSION/bodies/$ex/sources.csv"
