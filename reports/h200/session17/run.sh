@@ -24,7 +24,8 @@ if [ "$PHASE" = bodies ]; then
     pack
   done
 elif [ "$PHASE" = threaded ]; then
-  run replay-tests 200 python3 -m pytest -q -p no:cacheprovider tests/test_replay.py -k "branch or lowers or fails"
+  run loss-scale 120 bash -c "python3 reports/h200/session17/loss_scale.py 0; python3 reports/h200/session17/loss_scale.py 1"
+  run replay-tests 200 python3 -m pytest -q -p no:cacheprovider tests/test_replay.py -k "branch or lowers or fails or threaded"
   for ex in mixed_precision_fit bert_like_fit_mixed; do
     run "$ex" 240 python3 -m opbisect trace "examples/$ex.py" --runs 5 --out "$R" --no-progress
     for f in "$R/$ex"/repro/*.py; do
