@@ -10,6 +10,7 @@ import tensorflow as tf
 from opbisect.capture import fingerprint
 from opbisect.capture import taps as capture
 from opbisect.capture.values import BodyValues, UnfixedShape
+from opbisect.execute import steps
 from opbisect.execute.steps import WITHOUT_XLA
 from opbisect.targets.loader import load_target
 from opbisect.trace.trace import trace_step
@@ -113,11 +114,11 @@ NOISE_IN_BRANCH_IN_LOOP = """
 v = tf.Variable(tf.zeros([64]), name="v")
 
 
-@tf.function(jit_compile={jit})
+@tf.function(jit_compile={jit}, input_signature={signature})
 def step(x):
     def body(i, s):
         v.assign_add(x)
-        logits = tf.reshape(v * tf.cast(i, tf.float32), [1, 64]) / 512.0
+        logits = tf.reshape(v[:tf.size(x)] * tf.cast(i, tf.float32), [1, -1]) / 512.0
         drawn = lambda: x * tf.cast(tf.random.categorical(logits, 64, name="noise")[0], tf.float32)
         noisy = tf.cond(i > 1, drawn, lambda: v * 2.0)
         return i + 1, s + tf.reduce_sum(noisy)
@@ -129,14 +130,25 @@ inputs = (tf.range(1.0, 65.0),)
 """
 
 
-@pytest.mark.parametrize("jit, fixed", [(False, True), (True, True), (True, False)],
-                         ids=["no XLA", "XLA", "XLA, a value with no fixed shape"])
+probed = steps._probed
+
+
+def noise_in_branch_in_loop(jit: bool = False, batch: int | None = 64) -> str:
+    """The step, traced for `batch` elements (None: any number, the shapes inside left open, as Keras traces)."""
+    return NOISE_IN_BRANCH_IN_LOOP.format(jit=jit, signature=f"[tf.TensorSpec([{batch}], tf.float32)]")
+
+
+@pytest.mark.parametrize("jit, batch, rank", [(False, 64, True), (True, 64, True), (True, None, True),
+                                              (True, None, False)],
+                         ids=["no XLA", "XLA", "XLA, the batch dimension left open", "XLA, a rank left open"])
 def test_a_source_in_a_branch_inside_a_loop_is_replayed_on_the_inputs_of_its_first_execution(run_step, monkeypatch,
-                                                                                             jit, fixed):
-    if not fixed:  # planted: no zeros to thread its value out of XLA from, so the host takes it, without XLA
+                                                                                             jit, batch, rank):
+    probes = []
+    monkeypatch.setattr(steps, "_probed", lambda *a: probes.append(1) or probed(*a))
+    if not rank:  # planted: no shape to start its slot from, even after a probe; the host takes it, without XLA
         monkeypatch.setattr(BodyValues, "shape", lambda self, slot: (_ for _ in ()).throw(UnfixedShape(slot)))
-    t = run_step(NOISE_IN_BRANCH_IN_LOOP.format(jit=jit), runs=3, replay_runs=5)
-    assert t.record.meta.jit_compile == jit
+    t = run_step(noise_in_branch_in_loop(jit, batch), runs=3, replay_runs=5)
+    assert t.record.meta.jit_compile == jit and len(probes) == (jit and batch is None)
     row = t.csv.iloc[0]
     assert row["region"] == "while/body::while/cond/then_branch" and row["kind"] == "random"
     assert (row["replay_runs"], row["replay_distinct"]) == (5, 5)
@@ -145,9 +157,10 @@ def test_a_source_in_a_branch_inside_a_loop_is_replayed_on_the_inputs_of_its_fir
     # the branch's first execution is the loop's third (i = 2): v is then 3 x, the logits 6 x / 512
     assert saved["in_0"].tolist() == [(6 * np.arange(1, 65) / 512).tolist()]
     source = t.record.sources[0]
-    # under XLA its inputs come out of the compiled step, threaded out of the bodies; from a run without XLA only
-    # where they cannot be, which the replay says; only outside XLA is the source's magnitude measured
-    assert (source.replay_note == WITHOUT_XLA) == (jit and not fixed)
+    # under XLA its inputs come out of the compiled step, threaded out of the bodies (their shapes first, where
+    # tracing left them open); from a run without XLA only where they cannot be, which the replay says; only
+    # outside XLA is the source's magnitude measured
+    assert (source.replay_note == WITHOUT_XLA) == (jit and not rank)
     assert (source.max_abs_diff is not None) != jit
 
 
@@ -170,7 +183,7 @@ def test_the_pass_recording_body_values_of_an_xla_step_lowers_its_loops_and_bran
     # Where a value cannot be threaded out of an XLA step, a host callback takes it and the pass runs without XLA.
     # Traced for XLA, a loop or branch stays a function run whole on its op's device: on a GPU the callback in it
     # had no kernel (the H200's NotFoundError). So the pass lowers them, as a step traced without XLA is.
-    target = load_target(write_script(tmp_path, "model_step", NOISE_IN_BRANCH_IN_LOOP.format(jit=True)))
+    target = load_target(write_script(tmp_path, "model_step", noise_in_branch_in_loop(jit=True)))
     trace = trace_step(target, target.make_inputs())
     noise = next(op for op in trace.graph.ops if op.endswith("noise/Multinomial"))
     fp = fingerprint.WeightedSumFingerprinter()
@@ -215,7 +228,7 @@ def test_where_recording_a_bodys_values_fails_its_source_is_not_replayed_and_the
         tf.numpy_function(lambda *_: 1 / 0, [index], tf.float64, stateful=True)
 
     monkeypatch.setattr(BodyValues, "take", failing)
-    t = run_step(NOISE_IN_BRANCH_IN_LOOP.format(jit=False), runs=3, replay_runs=5)
+    t = run_step(noise_in_branch_in_loop(), runs=3, replay_runs=5)
     assert t.code == 1 and t.sources == ["while/body::while/cond/then_branch::while/cond/noise/Multinomial"]
     source = t.record.sources[0]
     assert source.replay_runs is None and not source.reproducer

@@ -108,11 +108,11 @@ def rewrite_control_flow(b: _GraphDefBuilder, trace, scope: str, fingerprinter, 
                 node.attr[body.suffix].func.name = name
         int64 = tf.int64.as_datatype_enum
         if loop:
-            node.attr["cond"].func.name = _cond_function(b, trace, bodies[0], report, shapes_of, slots)
-            node.attr["T"].list.type.extend([int64] * (1 + len(report)) + _dtypes(graph, slots))
+            node.attr["cond"].func.name = _cond_function(b, trace, bodies[0], report, shapes_of, slots, values)
+            node.attr["T"].list.type.extend([int64] * (1 + len(report)) + _dtypes(values, graph, slots))
         else:
-            node.attr["Tin"].list.type.extend([int64] * (1 + len(report)) + _dtypes(graph, slots))
-            node.attr["Tout"].list.type.extend([int64] * len(report) + _dtypes(graph, slots))
+            node.attr["Tin"].list.type.extend([int64] * (1 + len(report)) + _dtypes(values, graph, slots))
+            node.attr["Tout"].list.type.extend([int64] * len(report) + _dtypes(values, graph, slots))
         data = [i for i in node.input if not i.startswith("^")]
         control = [i for i in node.input if i.startswith("^")]
         del node.input[:]
@@ -140,7 +140,7 @@ def slot_zeros(b: _GraphDefBuilder, trace, values, names: dict[str, str]) -> Non
     from tensorflow.core.framework import attr_value_pb2
 
     for slot, name in names.items():
-        dtype = _dtypes(trace.graph, [slot], enum=False)[0]
+        dtype = _dtypes(values, trace.graph, [slot], enum=False)[0]
         dims = tf.make_tensor_proto(np.asarray(values.shape(slot), np.int32))
         zero = tf.make_tensor_proto(np.zeros([], dtype.as_numpy_dtype), dtype)
         b.add(f"{name}/dims", "Const", dtype=tf.int32, value=attr_value_pb2.AttrValue(tensor=dims))
@@ -158,11 +158,9 @@ def _variable_shape(trace, tid: str):
     return None if var is None else var.shape
 
 
-def _dtypes(graph, slots: list[str], enum: bool = True) -> list:
-    """The dtype of each slot's tensor (as a DataType enum, or a tf.DType)."""
-    import tensorflow as tf
-
-    dtypes = [tf.as_dtype(graph.dtype(str(TensorRef.parse(s).at(None)))) for s in slots]
+def _dtypes(values, graph, slots: list[str], enum: bool = True) -> list:
+    """The dtype of each slot (as a DataType enum, or a tf.DType)."""
+    dtypes = [values.dtype(s, graph) for s in slots]
     return [d.as_datatype_enum for d in dtypes] if enum else dtypes
 
 
@@ -185,12 +183,12 @@ def empty_matrices(b: _GraphDefBuilder, trace) -> tuple[str, dict[str, str]]:
     return f"{INDEX}:0", specs
 
 
-def _signature(trace, region, report: list[str], shapes_of: dict, slots: list[str]) -> list:
+def _signature(trace, region, report: list[str], shapes_of: dict, slots: list[str], values) -> list:
     import tensorflow as tf
 
     return ([tf.TensorSpec(s, dtype) for dtype, s in region.arg_specs] + [tf.TensorSpec([], tf.int64)]
             + [tf.TensorSpec([None if n < 0 else n for n in shapes_of[r]], tf.int64) for r in report]
-            + [tf.TensorSpec(None, dtype) for dtype in _dtypes(trace.graph, slots, enum=False)])
+            + [tf.TensorSpec(None, dtype) for dtype in _dtypes(values, trace.graph, slots, enum=False)])
 
 
 def _body_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes_of: dict, fingerprinter,
@@ -209,7 +207,7 @@ def _body_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes
     through = inner + (values.slots(inner) if values is not None else [])  # what the nested ops carry
     ours = {INDEX: INDEX, **{k: f"{PREFIX}/in/{j}" for j, k in enumerate(through)}}
     for k, name in ours.items():
-        rb.add(name, "Placeholder", dtype=tf.int64 if k == INDEX or k in inner else _dtypes(graph, [k])[0])
+        rb.add(name, "Placeholder", dtype=tf.int64 if k == INDEX or k in inner else _dtypes(values, graph, [k])[0])
     nested = rewrite_control_flow(rb, trace, region.id, fingerprinter, f"{ours[INDEX]}:0",
                                   {k: f"{ours[k]}:0" for k in through}, values)
     taken = values.tensors(region.id) if values is not None else []
@@ -241,12 +239,13 @@ def _body_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes
         carried = [tick] if loop else []
         return [tf.identity(v) for v in got[:n_out]] + carried + [gone.get(k, came[k]) for k in report + slots]
 
-    fn = tf.function(body, input_signature=_signature(trace, region, report, shapes_of, slots), autograph=False)
+    fn = tf.function(body, input_signature=_signature(trace, region, report, shapes_of, slots, values), autograph=False)
     b.functions.extend(rb.functions)
     return _into_library(b, fn.get_concrete_function())
 
 
-def _cond_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes_of: dict, slots: list[str]) -> str:
+def _cond_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes_of: dict, slots: list[str],
+                   values) -> str:
     """The loop's condition, taking (and ignoring) the extra loop variables."""
     import tensorflow as tf
 
@@ -257,7 +256,7 @@ def _cond_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes
     def fn(*args):
         return tf.identity(run({f"{n}:0": x for n, x in zip(names, args)})[0])
 
-    sig = _signature(trace, region, report, shapes_of, slots)
+    sig = _signature(trace, region, report, shapes_of, slots, values)
     return _into_library(b, tf.function(fn, input_signature=sig, autograph=False).get_concrete_function())
 
 

@@ -7,7 +7,9 @@ the step, as the taps count them). Two ways out of a body:
   around its body like the digest matrices: zeros at the top level, replaced by the tensor at execution k, passed
   through unchanged everywhere else. The step runs as it is, under XLA: the same branches taken, the same numbers
   (run without XLA, a mixed-precision step overflowed where the compiled one did not, and skipped the branch
-  holding the source). Each slot needs a shape fixed when the step is traced; where one is not, the other way.
+  holding the source). Each slot starts as zeros of its value's shape. Where tracing left a shape open (a Keras
+  step's batch dimension), a first run (a probe) threads out each value's shape instead, and the values are then
+  built to the shapes it saw; where even the rank is open, the other way:
 - handed to the host by a tf.numpy_function at execution k. XLA cannot compile that callback: a step that
   compiles with XLA then runs without it, and the replay says so.
 """
@@ -20,18 +22,21 @@ from ..ir.ids import TensorRef
 
 
 class UnfixedShape(Exception):
-    """A threaded slot's tensor has no fixed shape where the step was traced."""
+    """A threaded slot's tensor has no fixed shape (a probe's, no fixed rank) where the step was traced."""
 
 
 class BodyValues:
     """The tensors to take (ids with their execution, `op:0@k`), and per run what was taken."""
 
-    def __init__(self, wanted: list[str], threaded: bool = False):
+    def __init__(self, wanted: list[str], threaded: bool = False, probe: bool = False,
+                 known: dict[str, list[int]] | None = None):
+        """`probe`: the slots carry each value's shape (int64, one element per dimension), not the value.
+        `known`: the values' shapes, as a probe saw them."""
         self.wanted: dict[str, list[TensorRef]] = {}
         for t in dict.fromkeys(wanted):
             ref = TensorRef.parse(t)
             self.wanted.setdefault(ref.region, []).append(ref)
-        self.threaded = threaded
+        self.threaded, self.probe, self.known = threaded or probe, probe, known or {}
         self.shapes: dict[str, object] = {}  # threaded: each slot's static shape, as its body was traced
         self.runs: list[dict[str, np.ndarray]] = []
 
@@ -55,10 +60,26 @@ class BodyValues:
         by_id = dict(zip(self.tensors(region), tensors))
         out = {}
         for ref in self.wanted[region]:
-            tensor = by_id[str(ref.at(None))]
-            self.shapes[str(ref)] = tensor.shape
-            out[str(ref)] = tf.where(tf.equal(index, ref.iteration), tensor, came[str(ref)])
+            slot, value = str(ref), by_id[str(ref.at(None))]
+            if self.probe:
+                if value.shape.rank is None:
+                    raise UnfixedShape(f"{slot} has no fixed rank")
+                value = tf.shape(value, out_type=tf.int64)
+            elif slot in self.known:
+                value = tf.ensure_shape(value, self.known[slot])
+            self.shapes[slot] = value.shape
+            out[slot] = tf.where(tf.equal(index, ref.iteration), value, came[slot])
         return out
+
+    def dtype(self, slot: str, graph):
+        """The slot's dtype: its tensor's in `graph` (a probe's: int64, a shape)."""
+        import tensorflow as tf
+
+        return tf.int64 if self.probe else tf.as_dtype(graph.dtype(str(TensorRef.parse(slot).at(None))))
+
+    def probed(self) -> dict[str, list[int]]:
+        """A probe's: the shape of each value its last run saw (those whose body ran at that execution)."""
+        return {slot: [int(n) for n in shape] for slot, shape in self.runs[-1].items()}
 
     def shape(self, slot: str) -> list[int]:
         """The slot's shape, as its body was traced (the top level starts it as zeros of that shape)."""

@@ -145,8 +145,8 @@ def _in_bodies(tensors: list[str], runs: int, runner: Runner, trace, fingerprint
     try:
         try:
             inst = capture.build(trace, [], fingerprinter, [], descend=True, values=values)
-        except UnfixedShape:  # no zeros to start its slot from: the host takes it, the step runs without XLA
-            values = BodyValues(inside)
+        except UnfixedShape:
+            values = _probed(inside, runner, trace, fingerprinter, snapshot, args_for_run, options)
             inst = capture.build(trace, [], fingerprinter, [], descend=True, values=values)
         runner.instrumented(inst, snapshot, args_for_run, runs, options, "values inside bodies", "body values pass")
     except InternalError as exc:  # session 16, on the H200: a host callback in a body run whole on the GPU
@@ -154,6 +154,21 @@ def _in_bodies(tensors: list[str], runs: int, runner: Runner, trace, fingerprint
     taken = {t for run in values.runs for t in run}
     without_xla = bool(trace.jit_compile) and not values.threaded
     return {t: [run[t] for run in values.runs if t in run] for t in taken}, "", without_xla
+
+
+def _probed(inside: list[str], runner: Runner, trace, fingerprinter, snapshot: Snapshot, args_for_run,
+            options) -> BodyValues:
+    """Values to thread out of an XLA step whose trace left their shapes open: one run threads out their shapes
+    (those whose body ran at their execution), to which they are then built. Where even a rank is open, values the
+    host takes, in a run without XLA."""
+    try:
+        probe = BodyValues(inside, probe=True)
+        runner.instrumented(capture.build(trace, [], fingerprinter, [], descend=True, values=probe), snapshot,
+                            args_for_run, 1, options, "shapes of the values inside bodies", "body values pass")
+    except UnfixedShape:
+        return BodyValues(inside)
+    known = probe.probed()
+    return BodyValues([t for t in inside if t in known], threaded=True, known=known)
 
 
 def _replay_calls(trace, node_defs: dict, sources, snapshot: Snapshot):
