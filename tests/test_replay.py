@@ -15,7 +15,7 @@ from opbisect.execute.steps import WITHOUT_XLA
 from opbisect.targets.loader import load_target
 from opbisect.trace.trace import trace_step
 
-from conftest import NOISE_STEP, until_it_fires, write_script
+from conftest import NOISE_STEP, ROOT, until_it_fires, write_script
 
 # use_mode varies on identical inputs in the step because set_mode, which runs first, draws a new mode each run.
 # Alone, nothing changes the mode: it does not vary. A source that needs its context.
@@ -220,6 +220,40 @@ def test_under_xla_the_state_a_write_in_a_loop_starts_from_is_threaded_out_at_ea
     taken = values.runs[-1]
     assert trace.jit_compile and (taken[f"{write}:pre0@0"] == first).all()
     np.testing.assert_allclose(taken[f"{write}:pre0@1"], second * 0.5, rtol=1e-4, atol=1e-3)
+
+
+def test_a_keras_mixed_precision_step_under_xla_threads_out_the_scatter_inputs_at_the_shapes_a_probe_saw(tmp_path):
+    # Keras traces the batch dimension open, and a variable read inside the loss-scale branch has no shape at all:
+    # the learning rate times the gradient has no rank where traced. A first run threads out each value's shape.
+    source = (ROOT / "examples" / "mixed_precision_fit.py").read_text().replace(
+        "from_logits=True))", "from_logits=True), jit_compile=True)")
+    target = load_target(write_script(tmp_path, "mixed_xla", source))
+    args = target.make_inputs()
+    trace = trace_step(target, args)
+    write = next(op for op in trace.graph.ops if op.endswith("ResourceScatterSub"))
+    wanted = {"ids": next(t for t in _inputs(trace, write) if trace.graph.dtype(t) == "int32"),
+              "updates": next(t for t in _inputs(trace, write) if trace.graph.dtype(t) == "float32"),
+              "table": f"{write}:pre0"}
+    wanted = {k: f"{t}@0" for k, t in wanted.items()}
+    fp = fingerprint.WeightedSumFingerprinter()
+    with pytest.raises(UnfixedShape):  # the slots cannot start from the traced shapes
+        capture.build(trace, [], fp, descend=True, values=BodyValues(list(wanted.values()), threaded=True))
+    probe = BodyValues(list(wanted.values()), probe=True)
+    capture.build(trace, [], fp, descend=True, values=probe)(args)
+    known = probe.probed()
+    assert [known[wanted[k]] for k in ("ids", "updates", "table")] == [[2048 * 16], [2048 * 16, 64], [1000, 64]]
+    table = target.module.model.layers[0].embeddings.numpy()
+    values = BodyValues(list(wanted.values()), threaded=True, known=known)
+    capture.build(trace, [], fp, descend=True, values=values)(args)
+    taken = values.runs[-1]
+    assert (taken[wanted["table"]] == table).all()  # the table as the step found it: its first update
+    assert (taken[wanted["ids"]] == args[0].numpy().reshape(-1)).all()  # the batch's token ids, looked up
+
+
+def _inputs(trace, op: str) -> list[str]:
+    """The tensor ids feeding `op`, in the order of its inputs."""
+    edges = [d for _, _, d in trace.graph.g.in_edges(op, data=True) if d["kind"] == "data"]
+    return [d["tensor"] for d in sorted(edges, key=lambda d: d["slot"])]
 
 
 def test_where_recording_a_bodys_values_fails_its_source_is_not_replayed_and_the_verdict_stands(run_step,

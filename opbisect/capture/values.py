@@ -9,7 +9,7 @@ the step, as the taps count them). Two ways out of a body:
   (run without XLA, a mixed-precision step overflowed where the compiled one did not, and skipped the branch
   holding the source). Each slot starts as zeros of its value's shape. Where tracing left a shape open (a Keras
   step's batch dimension), a first run (a probe) threads out each value's shape instead, and the values are then
-  built to the shapes it saw; where even the rank is open, the other way:
+  built to the shapes it saw; past MAX_RANK dimensions, the other way:
 - handed to the host by a tf.numpy_function at execution k. XLA cannot compile that callback: a step that
   compiles with XLA then runs without it, and the replay says so.
 """
@@ -20,9 +20,12 @@ import numpy as np
 
 from ..ir.ids import TensorRef
 
+MAX_RANK = 8  # the dimensions a probe carries per value
+
 
 class UnfixedShape(Exception):
-    """A threaded slot's tensor has no fixed shape (a probe's, no fixed rank) where the step was traced."""
+    """A threaded slot's tensor has no fixed shape where the step was traced, or more dimensions than a probe
+    carries."""
 
 
 class BodyValues:
@@ -30,7 +33,7 @@ class BodyValues:
 
     def __init__(self, wanted: list[str], threaded: bool = False, probe: bool = False,
                  known: dict[str, list[int]] | None = None):
-        """`probe`: the slots carry each value's shape (int64, one element per dimension), not the value.
+        """`probe`: the slots carry each value's shape (int64: its rank, then its dimensions), not the value.
         `known`: the values' shapes, as a probe saw them."""
         self.wanted: dict[str, list[TensorRef]] = {}
         for t in dict.fromkeys(wanted):
@@ -61,10 +64,10 @@ class BodyValues:
         out = {}
         for ref in self.wanted[region]:
             slot, value = str(ref), by_id[str(ref.at(None))]
-            if self.probe:
-                if value.shape.rank is None:
-                    raise UnfixedShape(f"{slot} has no fixed rank")
-                value = tf.shape(value, out_type=tf.int64)
+            if self.probe:  # [rank, dimensions..., zeros]: a fixed length, whatever tracing left open
+                dims = tf.shape(value, out_type=tf.int64)
+                value = tf.concat([tf.size(dims, out_type=tf.int64)[None], dims, tf.zeros([MAX_RANK], tf.int64)], 0)
+                value = tf.reshape(value[:MAX_RANK + 1], [MAX_RANK + 1])
             elif slot in self.known:
                 value = tf.ensure_shape(value, self.known[slot])
             self.shapes[slot] = value.shape
@@ -79,7 +82,13 @@ class BodyValues:
 
     def probed(self) -> dict[str, list[int]]:
         """A probe's: the shape of each value its last run saw (those whose body ran at that execution)."""
-        return {slot: [int(n) for n in shape] for slot, shape in self.runs[-1].items()}
+        known = {}
+        for slot, shape in self.runs[-1].items():
+            rank = int(shape[0])
+            if rank > MAX_RANK:
+                raise UnfixedShape(f"{slot} has {rank} dimensions, more than a probe carries ({MAX_RANK})")
+            known[slot] = [int(n) for n in shape[1:1 + rank]]
+        return known
 
     def shape(self, slot: str) -> list[int]:
         """The slot's shape, as its body was traced (the top level starts it as zeros of that shape)."""

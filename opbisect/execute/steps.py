@@ -159,15 +159,15 @@ def _in_bodies(tensors: list[str], runs: int, runner: Runner, trace, fingerprint
 def _probed(inside: list[str], runner: Runner, trace, fingerprinter, snapshot: Snapshot, args_for_run,
             options) -> BodyValues:
     """Values to thread out of an XLA step whose trace left their shapes open: one run threads out their shapes
-    (those whose body ran at their execution), to which they are then built. Where even a rank is open, values the
+    (those whose body ran at their execution), to which they are then built. Past a probe's dimensions, values the
     host takes, in a run without XLA."""
     try:
         probe = BodyValues(inside, probe=True)
         runner.instrumented(capture.build(trace, [], fingerprinter, [], descend=True, values=probe), snapshot,
                             args_for_run, 1, options, "shapes of the values inside bodies", "body values pass")
+        known = probe.probed()
     except UnfixedShape:
         return BodyValues(inside)
-    known = probe.probed()
     return BodyValues([t for t in inside if t in known], threaded=True, known=known)
 
 
