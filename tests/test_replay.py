@@ -12,7 +12,7 @@ from opbisect.capture import taps as capture
 from opbisect.capture.values import BodyValues, UnfixedShape
 from opbisect.execute import steps
 from opbisect.execute.steps import WITHOUT_XLA
-from opbisect.targets.loader import load_target
+from opbisect.targets.loader import importable, load_target
 from opbisect.trace.trace import trace_step
 
 from conftest import NOISE_STEP, ROOT, until_it_fires, write_script
@@ -158,10 +158,13 @@ def test_a_source_in_a_branch_inside_a_loop_is_replayed_on_the_inputs_of_its_fir
     assert saved["in_0"].tolist() == [(6 * np.arange(1, 65) / 512).tolist()]
     source = t.record.sources[0]
     # under XLA its inputs come out of the compiled step, threaded out of the bodies (their shapes first, where
-    # tracing left them open); from a run without XLA only where they cannot be, which the replay says; only
-    # outside XLA is the source's magnitude measured
+    # tracing left them open); from a run without XLA only where they cannot be, which the replay says; that run
+    # computes other numbers than the step does, so the source's magnitude is measured only where it runs as is
     assert (source.replay_note == WITHOUT_XLA) == (jit and not rank)
-    assert (source.max_abs_diff is not None) != jit
+    if rank:
+        assert source.max_abs_diff > 0  # its draws differ between the runs
+    else:
+        assert source.max_abs_diff is None
 
 
 def _control_flow_lowering(inst, trace) -> list[bool]:
@@ -227,27 +230,29 @@ def test_a_keras_mixed_precision_step_under_xla_threads_out_the_scatter_inputs_a
     # the learning rate times the gradient has no rank where traced. A first run threads out each value's shape.
     source = (ROOT / "examples" / "mixed_precision_fit.py").read_text().replace(
         "from_logits=True))", "from_logits=True), jit_compile=True)")
-    target = load_target(write_script(tmp_path, "mixed_xla", source))
-    args = target.make_inputs()
-    trace = trace_step(target, args)
-    write = next(op for op in trace.graph.ops if op.endswith("ResourceScatterSub"))
-    wanted = {"ids": next(t for t in _inputs(trace, write) if trace.graph.dtype(t) == "int32"),
-              "updates": next(t for t in _inputs(trace, write) if trace.graph.dtype(t) == "float32"),
-              "table": f"{write}:pre0"}
-    wanted = {k: f"{t}@0" for k, t in wanted.items()}
-    fp = fingerprint.WeightedSumFingerprinter()
-    with pytest.raises(UnfixedShape):  # the slots cannot start from the traced shapes
-        capture.build(trace, [], fp, descend=True, values=BodyValues(list(wanted.values()), threaded=True))
-    probe = BodyValues(list(wanted.values()), probe=True)
-    capture.build(trace, [], fp, descend=True, values=probe)(args)
-    known = probe.probed()
-    assert [known[wanted[k]] for k in ("ids", "updates", "table")] == [[2048 * 16], [2048 * 16, 64], [1000, 64]]
-    table = target.module.model.layers[0].embeddings.numpy()
-    values = BodyValues(list(wanted.values()), threaded=True, known=known)
-    capture.build(trace, [], fp, descend=True, values=values)(args)
-    taken = values.runs[-1]
-    assert (taken[wanted["table"]] == table).all()  # the table as the step found it: its first update
-    assert (taken[wanted["ids"]] == args[0].numpy().reshape(-1)).all()  # the batch's token ids, looked up
+    script = write_script(tmp_path, "mixed_xla", source)
+    with importable(script):  # the script sets Keras' global policy: put back after
+        target = load_target(script)
+        args = target.make_inputs()
+        trace = trace_step(target, args)
+        write = next(op for op in trace.graph.ops if op.endswith("ResourceScatterSub"))
+        wanted = {"ids": next(t for t in _inputs(trace, write) if trace.graph.dtype(t) == "int32"),
+                  "updates": next(t for t in _inputs(trace, write) if trace.graph.dtype(t) == "float32"),
+                  "table": f"{write}:pre0"}
+        wanted = {k: f"{t}@0" for k, t in wanted.items()}
+        fp = fingerprint.WeightedSumFingerprinter()
+        with pytest.raises(UnfixedShape):  # the slots cannot start from the traced shapes
+            capture.build(trace, [], fp, descend=True, values=BodyValues(list(wanted.values()), threaded=True))
+        probe = BodyValues(list(wanted.values()), probe=True)
+        capture.build(trace, [], fp, descend=True, values=probe)(args)
+        known = probe.probed()
+        assert [known[wanted[k]] for k in ("ids", "updates", "table")] == [[2048 * 16], [2048 * 16, 64], [1000, 64]]
+        table = target.module.model.layers[0].embeddings.numpy()
+        values = BodyValues(list(wanted.values()), threaded=True, known=known)
+        capture.build(trace, [], fp, descend=True, values=values)(args)
+        taken = values.runs[-1]
+        assert (taken[wanted["table"]] == table).all()  # the table as this run found it, before its update
+        assert (taken[wanted["ids"]] == args[0].numpy().reshape(-1)).all()  # the batch's token ids, looked up
 
 
 def _inputs(trace, op: str) -> list[str]:

@@ -58,11 +58,11 @@ def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: 
             calls, replays = _replay_calls(trace, node_defs, new, snapshot)
         at = {op: _execution(op, new) for op in calls}  # a body's source: its inputs at its differing execution
         needed = [_at(t, at[op]) for op, (c, pre) in calls.items() for t in c.captured + list(pre.values()) if t]
-        # Whole values: the step's top level returns them; a body hands its own to the host, in a pass of its own
-        # (its sources' outputs too, for their magnitudes, where that pass runs the step as it is: not under XLA)
+        # Whole values: the step's top level returns them; a body's come out in a pass of its own (its sources'
+        # outputs too, for their magnitudes, where that pass runs the step as it is: under XLA, threaded out)
         full = list(dict.fromkeys([t for s in new for t in s.tensors if not TensorRef.parse(t).region]
                                   + [t for t in needed if not TensorRef.parse(t).region]))
-        measured = [] if trace.jit_compile else [t for s in new for t in s.tensors if TensorRef.parse(t).region]
+        measured = [t for s in new for t in s.tensors if TensorRef.parse(t).region]
         column: dict[str, list] = {}
         if agree.any(f"magnitude pass of step {k}", bool(full)):
             _, arrays = runner.instrumented(capture.build(trace, [], fingerprinter, full, descend=False), snapshot,
@@ -72,7 +72,8 @@ def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: 
         body_runs = magnitude_runs if measured else 1
         in_bodies, failed, without_xla = _in_bodies(needed + measured, body_runs, runner, trace, fingerprinter,
                                                     snapshot, args_for_run, options, agree, k)
-        column.update(in_bodies)
+        # a run without the XLA the step compiles with computes other numbers: no magnitude from it
+        column.update({t: v for t, v in in_bodies.items() if not without_xla or t not in measured or t in needed})
         magnitudes = {s.op: of_source([column[t] for t in s.tensors]) for s in new  # each tensor in every run
                       if s.tensors and all(len(column.get(t, ())) == magnitude_runs for t in s.tensors)}
         inputs = {}
