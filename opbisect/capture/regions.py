@@ -92,11 +92,11 @@ def rewrite_control_flow(b: _GraphDefBuilder, trace, scope: str, fingerprinter, 
         slots = values.slots(report) if values is not None else []
         shapes_of = {r: shape(trace, r) for r in report}
         node = b.nodes[op_name]
-        if values is not None:
-            # That pass runs without XLA, but a step traced for XLA leaves its loops and branches functional (no
-            # `_lower_using_switch_merge`): each body then runs as one function on the op's device, and on a GPU
-            # the host callback inside it has no kernel (NotFoundError on the H200). Lowered, each node of the
-            # body is placed on its own, the callback on the CPU, as in a step traced without XLA.
+        if values is not None and not values.threaded:
+            # A pass with host callbacks runs without XLA, but a step traced for XLA leaves its loops and branches
+            # functional (no `_lower_using_switch_merge`): each body then runs as one function on the op's device,
+            # and on a GPU the callback inside it has no kernel (NotFoundError on the H200). Lowered, each node of
+            # the body is placed on its own, the callback on the CPU, as in a step traced without XLA.
             node.attr["_lower_using_switch_merge"].b = True
         loop = "body" in node.attr
         n0 = len(node.attr["T" if loop else "Tout"].list.type)

@@ -346,7 +346,8 @@ def instrumented_graph_def(trace: Trace, taps: list[str], fingerprinter: Fingerp
     if not descend:
         return b, fps, [spec(t) for t in full], layout, {}
     index, matrices = empty_matrices(b, trace)
-    slots = {s: f"{PREFIX}/slot/{j}" for j, s in enumerate(values.slots(list(trace.regions)) if values else [])}
+    threaded = values.slots(list(trace.regions)) if values is not None else []
+    slots = {s: f"{PREFIX}/slot/{j}" for j, s in enumerate(threaded)}
     regions = rewrite_control_flow(b, trace, "", fingerprinter, index,
                                    {**matrices, **{s: f"{name}:0" for s, name in slots.items()}}, values)
     slot_zeros(b, trace, values, slots)  # now that the bodies are traced: their shapes are known

@@ -137,8 +137,9 @@ def _in_bodies(tensors: list[str], runs: int, runner: Runner, trace, fingerprint
     """({tensor id@execution: its value there in each of `runs` runs}, "" or why none was recorded, whether they
     were recorded without the XLA the step compiles with) for the `tensors` inside bodies (the others are left
     out): runs of the step whose bodies hand them over (capture.values): threaded out of a step that compiles with
-    XLA, where each has a fixed shape; to the host otherwise. The replay is an extra: where this pass fails, the
-    sources inside bodies are reported as not replayed, with the error, and the rest of the analysis stands."""
+    XLA (their shapes first, where tracing left them open: `_probed`); to the host otherwise. The replay is an
+    extra: where this pass fails, the sources inside bodies are reported as not replayed, with the error, and the
+    rest of the analysis stands."""
     inside = [t for t in dict.fromkeys(tensors) if TensorRef.parse(t).region]
     if not agree.any(f"body values pass of step {k}", bool(inside)):
         return {}, "", False
