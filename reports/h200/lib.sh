@@ -13,6 +13,16 @@ verify() {  # verify EXAMPLE SECONDS [CSV]: the patch against the plain step and
   run "$1-verify" "$2" python3 -m opbisect verify "examples/$1.py" --patch "${3:-reports/h200/$1/sources.csv}" \
     --runs 10 --out "$R" --fingerprint wsum --cpu-reference off
 }
+traced() {  # traced EXAMPLE SECONDS: opbisect trace --runs 5, then each reproducer it wrote in a fresh process
+  run "$1" "$2" python3 -m opbisect trace "examples/$1.py" --runs 5 --out "$R" --no-progress
+  local f start code
+  for f in "$R/$1"/repro/*.py; do
+    [ -f "$f" ] || continue
+    start=$(date +%s); timeout 60 python3 "$f" > /tmp/repro.out 2>&1; code=$?
+    echo "${f#$R/} exit=$code seconds=$(( $(date +%s) - start )): $(tail -1 /tmp/repro.out)" | tee -a "$R/reproducers.txt"
+  done
+  pack
+}
 overhead() {  # overhead EXAMPLE SECONDS: benchmarks/patch_overhead.py, the plain, imported and patched step in turn
   run "$1-overhead" "$2" python3 benchmarks/patch_overhead.py "examples/$1.py" "reports/h200/$1/sources.csv" \
     --device gpu --steps 60

@@ -30,13 +30,7 @@ elif [ "$PHASE" = again ]; then
   verify bert_like_fit 150
 elif [ "$PHASE" = bodies ]; then
   for ex in grad_accumulation mixed_precision_fit bert_like_fit_mixed; do
-    run "$ex" 90 python3 -m opbisect trace "examples/$ex.py" --runs 5 --out "$R" --no-progress
-    for f in "$R/$ex"/repro/*.py; do
-      [ -f "$f" ] || continue
-      start=$(date +%s); timeout 60 python3 "$f" > /tmp/repro.out 2>&1; code=$?
-      echo "${f#$R/} exit=$code seconds=$(( $(date +%s) - start )): $(tail -1 /tmp/repro.out)" | tee -a "$R/reproducers.txt"
-    done
-    pack
+    traced "$ex" 90
   done
 elif [ "$PHASE" = tests ]; then
   run tests 480 python3 -m pytest -q -p no:cacheprovider tests/test_verify.py tests/test_patches.py

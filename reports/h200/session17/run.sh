@@ -8,7 +8,8 @@
 # Second lease: under XLA the values inside bodies are now threaded out of the compiled step (run without XLA,
 # bert_like_fit_mixed's loss scale overflowed and the branch holding its sources was skipped):
 #   bash reports/h200/session17/run.sh threaded  # the replay tests; both examples traced again, reproducers run
-#   bash reports/h200/session17/run.sh verify    # verify both with those CSVs; the test fixed after `check`
+#   bash reports/h200/session17/run.sh verify    # verify both with `probe`'s CSVs; the test fixed after `check`
+#                                                # (not run: the next lease's, after `probe`)
 # Third lease: Keras leaves the batch dimension open where it traces, so under XLA a first run now threads out the
 # values' shapes, then the values (the second lease's slots had no fixed shape: the run without XLA again):
 #   bash reports/h200/session17/run.sh probe     # both examples traced again, reproducers run
@@ -18,39 +19,21 @@ source reports/h200/lib.sh
 if [ "$PHASE" = bodies ]; then
   run replay-tests 120 python3 -m pytest -q -p no:cacheprovider tests/test_replay.py -k "branch_inside or lowers"
   for ex in mixed_precision_fit bert_like_fit_mixed; do
-    run "$ex" 300 python3 -m opbisect trace "examples/$ex.py" --runs 5 --out "$R" --no-progress
-    for f in "$R/$ex"/repro/*.py; do
-      [ -f "$f" ] || continue
-      start=$(date +%s); timeout 60 python3 "$f" > /tmp/repro.out 2>&1; code=$?
-      echo "${f#$R/} exit=$code seconds=$(( $(date +%s) - start )): $(tail -1 /tmp/repro.out)" | tee -a "$R/reproducers.txt"
-    done
-    pack
+    traced "$ex" 300
   done
 elif [ "$PHASE" = threaded ]; then
   run loss-scale 120 bash -c "python3 reports/h200/session17/loss_scale.py 0; python3 reports/h200/session17/loss_scale.py 1"
   run replay-tests 200 python3 -m pytest -q -p no:cacheprovider tests/test_replay.py -k "branch or lowers or fails or threaded"
   for ex in mixed_precision_fit bert_like_fit_mixed; do
-    run "$ex" 240 python3 -m opbisect trace "examples/$ex.py" --runs 5 --out "$R" --no-progress
-    for f in "$R/$ex"/repro/*.py; do
-      [ -f "$f" ] || continue
-      start=$(date +%s); timeout 60 python3 "$f" > /tmp/repro.out 2>&1; code=$?
-      echo "${f#$R/} exit=$code seconds=$(( $(date +%s) - start )): $(tail -1 /tmp/repro.out)" | tee -a "$R/reproducers.txt"
-    done
-    pack
+    traced "$ex" 240
   done
 elif [ "$PHASE" = probe ]; then
   for ex in bert_like_fit_mixed mixed_precision_fit; do
-    run "$ex" 200 python3 -m opbisect trace "examples/$ex.py" --runs 5 --out "$R" --no-progress
-    for f in "$R/$ex"/repro/*.py; do
-      [ -f "$f" ] || continue
-      start=$(date +%s); timeout 40 python3 "$f" > /tmp/repro.out 2>&1; code=$?
-      echo "${f#$R/} exit=$code seconds=$(( $(date +%s) - start )): $(tail -1 /tmp/repro.out)" | tee -a "$R/reproducers.txt"
-    done
-    pack
+    traced "$ex" 200
   done
 elif [ "$PHASE" = verify ]; then
   for ex in mixed_precision_fit bert_like_fit_mixed; do
-    verify "$ex" 200 "/root/$SESSION/threaded/$ex/sources.csv"
+    verify "$ex" 200 "/root/$SESSION/probe/$ex/sources.csv"
   done
   run tests 120 python3 -m pytest -q -p no:cacheprovider tests/test_verify.py -k never_recommends
 elif [ "$PHASE" = check ]; then
