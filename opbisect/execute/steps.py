@@ -102,7 +102,9 @@ def _replayed(call, pre: dict, execution: int | None, column: dict, failed: str,
     """(the Replay of one source, its (call, values, states) for a reproducer, or None where it was not run)."""
     missing = [t for t in call.captured + list(pre.values()) if t and _at(t, execution) not in column]
     if missing:  # inside a body that did not run in the pass that recorded them, or that pass failed
-        return not_replayed(NotReplayable(failed or f"its input {missing[0]} was not computed")), None
+        where = " (its body did not run that execution there)" if execution is not None else ""
+        why = f"its input {missing[0]} was not computed in the run that recorded the inputs{where}"
+        return not_replayed(NotReplayable(failed or why)), None
     values = {t: column[_at(t, execution)][0] for t in call.captured}
     states = {v: column[_at(t, execution)][0] if t else _saved(snapshot, v) for v, t in pre.items()}
     result = replay(call, values, states, runs, device)
