@@ -106,13 +106,13 @@ def rewrite_control_flow(b: _GraphDefBuilder, trace, scope: str, fingerprinter, 
                 node.attr["branches"].list.func[int(body.suffix[len("branch"):])].name = name
             else:
                 node.attr[body.suffix].func.name = name
-        int64 = tf.int64.as_datatype_enum
+        int64, slot_types = tf.int64.as_datatype_enum, _dtypes(values, graph, slots)
         if loop:
             node.attr["cond"].func.name = _cond_function(b, trace, bodies[0], report, shapes_of, slots, values)
-            node.attr["T"].list.type.extend([int64] * (1 + len(report)) + _dtypes(values, graph, slots))
+            node.attr["T"].list.type.extend([int64] * (1 + len(report)) + slot_types)
         else:
-            node.attr["Tin"].list.type.extend([int64] * (1 + len(report)) + _dtypes(values, graph, slots))
-            node.attr["Tout"].list.type.extend([int64] * len(report) + _dtypes(values, graph, slots))
+            node.attr["Tin"].list.type.extend([int64] * (1 + len(report)) + slot_types)
+            node.attr["Tout"].list.type.extend([int64] * len(report) + slot_types)
         data = [i for i in node.input if not i.startswith("^")]
         control = [i for i in node.input if i.startswith("^")]
         del node.input[:]

@@ -427,8 +427,8 @@ def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: lis
     grouped = jit and not fingerprinter.fused
     b, fps_spec, full_specs, layout, region_specs = instrumented_graph_def(trace, taps, fingerprinter, full, descend,
                                                                            grouped, values)
-    slots = values.slots(list(trace.regions)) if values is not None else []
-    regions = [r for r in region_specs if r not in set(slots)]
+    regions = [k for k in region_specs if k in trace.regions]  # the rest: the slots of threaded values
+    slots = [k for k in region_specs if k not in trace.regions]
     tapped = fps_spec if grouped else [fps_spec]
     wanted = tapped + list(trace.output_names) + full_specs + [region_specs[r] for r in regions + slots]
     importer = step_importer(trace, b.gd, b.register, wanted)

@@ -145,13 +145,17 @@ def _in_bodies(tensors: list[str], runs: int, runner: Runner, trace, fingerprint
     inside = [t for t in dict.fromkeys(tensors) if TensorRef.parse(t).region]
     if not agree.any(f"body values pass of step {k}", bool(inside)):
         return {}, "", False
+    def build(values: BodyValues):
+        return capture.build(trace, [], fingerprinter, [], descend=True, values=values)
+
     values = BodyValues(inside, threaded=bool(trace.jit_compile))
     try:
         try:
-            inst = capture.build(trace, [], fingerprinter, [], descend=True, values=values)
+            inst = build(values)
         except UnfixedShape:
-            values = _probed(inside, runner, trace, fingerprinter, snapshot, args_for_run, options)
-            inst = capture.build(trace, [], fingerprinter, [], descend=True, values=values)
+            values = _probed(inside, build, lambda inst, runs, label: runner.instrumented(
+                inst, snapshot, args_for_run, runs, options, label, "body values pass"))
+            inst = build(values)
         runner.instrumented(inst, snapshot, args_for_run, runs, options, "values inside bodies", "body values pass")
     except InternalError as exc:  # session 16, on the H200: a host callback in a body run whole on the GPU
         return {}, f"recording its inputs inside the body failed: {exc}", False
@@ -160,15 +164,13 @@ def _in_bodies(tensors: list[str], runs: int, runner: Runner, trace, fingerprint
     return {t: [run[t] for run in values.runs if t in run] for t in taken}, "", without_xla
 
 
-def _probed(inside: list[str], runner: Runner, trace, fingerprinter, snapshot: Snapshot, args_for_run,
-            options) -> BodyValues:
+def _probed(inside: list[str], build, run) -> BodyValues:
     """Values to thread out of an XLA step whose trace left their shapes open: one run threads out their shapes
     (those whose body ran at their execution), to which they are then built. Past a probe's dimensions, values the
-    host takes, in a run without XLA."""
+    host takes, in a run without XLA. `build(values)` is the instrumented step, `run(it, runs, label)` runs it."""
     try:
         probe = BodyValues(inside, probe=True)
-        runner.instrumented(capture.build(trace, [], fingerprinter, [], descend=True, values=probe), snapshot,
-                            args_for_run, 1, options, "shapes of the values inside bodies", "body values pass")
+        run(build(probe), 1, "shapes of the values inside bodies")
         known = probe.probed()
     except UnfixedShape:
         return BodyValues(inside)
