@@ -3,6 +3,11 @@ conftest.trace for every source that varied alone)."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -12,6 +17,9 @@ from opbisect.capture import taps as capture
 from opbisect.capture.values import BodyValues, UnfixedShape
 from opbisect.execute import steps
 from opbisect.execute.steps import WITHOUT_XLA
+from opbisect.ir import optypes
+from opbisect.replay import reproducer, rerun
+from opbisect.replay.call import Arg, OpCall
 from opbisect.targets.loader import importable, load_target
 from opbisect.trace.trace import trace_step
 
@@ -65,6 +73,66 @@ def step(updates, rows):
 
 inputs = (updates, rows)
 """
+
+
+# A kernel with a scratch output, as cuDNN's reserve space is: its first output is its result, its second holds
+# whatever it drew. The step uses the result and hands the scratch to a consumer that ignores it.
+SCRATCH = """
+w = tf.Variable(tf.ones([4]), name="w")
+
+
+def kernel(x):
+    return x * 2, np.random.default_rng().standard_normal(4).astype(np.float32)
+
+
+def consume(y, scratch):
+    return y + 1
+
+
+@tf.function
+def step(x):
+    y, scratch = tf.numpy_function(kernel, [x], [tf.float32, tf.float32], name="kernel")
+    z = tf.numpy_function(consume, [y, scratch], tf.float32, name="consume")
+    w.assign_add(tf.ensure_shape(z, [4]))
+    return tf.reduce_sum(w)
+
+
+inputs = (tf.ones([4]),)
+"""
+
+
+def _with_workspace(monkeypatch, op_type: str, ports: set[int]) -> None:
+    monkeypatch.setitem(optypes.TABLE, op_type, dataclasses.replace(optypes.info(op_type), workspace=frozenset(ports)))
+
+
+def test_an_output_the_table_calls_workspace_is_not_compared_and_what_reads_it_is_judged_by_the_rest(run_step,
+                                                                                                     monkeypatch):
+    control = run_step(SCRATCH, name="control", runs=3, replay=False)
+    assert control.sources == ["kernel"] and control.record.sources[0].tensors == ["kernel:1"]
+    _with_workspace(monkeypatch, "PyFunc", {1})
+    t = run_step(SCRATCH, runs=3, replay=False)
+    assert (t.code, t.sources) == (0, [])
+    assert t.record.skipped[capture.WORKSPACE] == 1
+
+
+def test_a_replay_and_its_reproducer_compare_only_the_outputs_with_a_defined_value(monkeypatch, tmp_path):
+    """LogUniformCandidateSampler draws its candidates (output 0; output 2 follows them); the expected counts of the
+    true classes (output 1) are fixed by its arguments. With 0 and 2 called workspace, alone it does not vary."""
+    call = OpCall(op="sampler", op_type="LogUniformCandidateSampler", args=[Arg("true_classes", ["c:0"], False)],
+                  attrs=dict(num_true=1, num_sampled=4, unique=False, range_max=1000, seed=0, seed2=0),
+                  device="/device:CPU:0")
+    values = {"c:0": np.array([[3], [7]], np.int64)}
+
+    def reproduces() -> int:
+        for path, content in reproducer.files(call, values, {}, rank=1, script="s.py", runs=5, device="").items():
+            (tmp_path / path).parent.mkdir(exist_ok=True)
+            (tmp_path / path).write_bytes(content.encode() if isinstance(content, str) else content)
+        return subprocess.run([sys.executable, str(tmp_path / "repro/1_LogUniformCandidateSampler.py")],
+                              capture_output=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}).returncode
+
+    assert rerun.replay(call, values, {}, 5, "cpu").distinct > 1 and reproduces() == 1
+    _with_workspace(monkeypatch, "LogUniformCandidateSampler", {0, 2})
+    assert rerun.replay(call, values, {}, 5, "cpu").distinct == 1 and reproduces() == 0
 
 
 def test_a_random_op_varies_alone_and_its_reproducer_reproduces(run_step, tmp_path):

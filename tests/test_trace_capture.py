@@ -544,3 +544,23 @@ def test_the_environment_note_of_an_xla_step_shows_the_xla_flags_it_ran_under(mo
              for xla in (True, False)]
     assert "XLA_FLAGS=--xla_gpu_force_compilation_parallelism=3" in notes[0][0]
     assert "XLA_FLAGS" not in notes[1][0]  # a step without XLA: the flags do not touch it
+
+
+def test_a_batch_norm_reserve_space_is_not_tapped_and_is_counted_as_workspace(tmp_path):
+    """FusedBatchNormV3's reserve_space_3 is cuDNN's workspace on a GPU: its bytes are never compared."""
+    trace, _ = traced(tmp_path, """
+        scale = tf.Variable(tf.ones([2]), name="scale")
+
+
+        @tf.function
+        def step(x):
+            y = tf.raw_ops.FusedBatchNormV3(x=x, scale=scale, offset=tf.zeros([2]), mean=tf.zeros([0]),
+                                            variance=tf.zeros([0]), is_training=True, name="bn")
+            return tf.reduce_sum(y[0])
+
+
+        inputs = (tf.ones([4, 3, 3, 2]),)
+        """)
+    taps, skipped = capture.tappable_tensors(trace)
+    assert [t for t in taps if t.startswith("bn:")] == [f"bn:{port}" for port in range(5)]
+    assert skipped[capture.WORKSPACE] == 1

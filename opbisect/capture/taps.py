@@ -29,6 +29,7 @@ from .fingerprint import Fingerprinter, tappable
 PREFIX = "opbisect_capture"  # node names of capture nodes; the import scope is SCOPE
 SCOPE = "step"
 FUSED_BY_XLA = "fused by XLA"  # the skipped count of outputs and post-write states not tapped under XLA
+WORKSPACE = "workspace"  # the skipped count of outputs whose bytes have no defined value (optypes.workspace)
 FAN_IN = 32  # grappler slows down sharply on nodes with thousands of inputs: pack in a tree
 
 
@@ -91,8 +92,10 @@ class Instrumented:
 
 def tappable_tensors(trace: Trace, region: str = "") -> tuple[list[str], dict[str, int]]:
     """All tensor ids of one scope worth tapping (numeric, integer, boolean outputs and post-write states),
-    and the count of outputs skipped per dtype. The top level by default; `region` names a body. Every scope is
-    listed in one pass over the graph, once per trace (capture asks for each body several times).
+    and the count of outputs skipped per dtype (and of cuDNN workspace outputs, whose bytes mean nothing: compare
+    derives them from what feeds them, as it does every untapped tensor). The top level by default; `region` names
+    a body. Every scope is listed in one pass over the graph, once per trace (capture asks for each body several
+    times).
 
     Under XLA the outputs and post-write states of ops XLA fuses (optypes.FUSED) are not tapped: the compiled step
     never writes them out, a tap would (XLA compiling every tap as an output of the cluster is most of an XLA
@@ -105,9 +108,12 @@ def tappable_tensors(trace: Trace, region: str = "") -> tuple[list[str], dict[st
             if _fused_by_xla(trace, op):
                 skipped[FUSED_BY_XLA] = skipped.get(FUSED_BY_XLA, 0) + len(graph.outputs(op) + graph.states(op))
                 continue
+            workspace = optypes.workspace(graph.op_type(op))
             for tid in graph.outputs(op):
                 dtype = graph.dtype(tid)
-                if tappable(dtype):
+                if workspace and TensorRef.parse(tid).port in workspace:
+                    skipped[WORKSPACE] = skipped.get(WORKSPACE, 0) + 1
+                elif tappable(dtype):
                     taps.append(tid)
                 else:
                     skipped[dtype] = skipped.get(dtype, 0) + 1

@@ -13,7 +13,12 @@ Every rule that depends on an op's type reads this table (as JAX's rule tables a
   assignments; no reduction, no atomics, so its inputs and the state it reads fix its result bit for bit), and the
   tf.data roles PARALLEL_DATASET and SHUFFLE_DATASET;
 - remedy: one line on what to do when an op of this type is a source;
-- patch: the key of its deterministic replacement in the patch library (empty while there is none).
+- patch: the key of its deterministic replacement in the patch library (empty while there is none);
+- workspace: the output ports whose bytes have no defined value (cuDNN's reserve space: scratch the forward op
+  hands its gradient, padding included, allocated and not cleared). They are never compared: their bytes differ with
+  whatever the memory held before (measured on an H200: CudnnRNNV3's reserve space differed in 1 of 5 runs of a
+  Keras LSTM step while its outputs and every later value were identical), and an op that reads one is judged by its
+  other inputs.
 A stateful op with a resource input that is not a READ is a write (conservative: scatters and RNG state
 updates read and write).
 
@@ -37,6 +42,7 @@ class OpType:
     roles: frozenset = frozenset()
     remedy: str = ""
     patch: str = ""
+    workspace: frozenset = frozenset()  # output ports
 
 
 OPD = "tf.config.experimental.enable_op_determinism()"
@@ -134,6 +140,14 @@ _ROLES: dict[str, tuple[str, ...]] = {
 }
 
 
+# Output ports of cuDNN scratch (see `workspace` above), by the OpDef's output names: CudnnRNN*: reserve_space (3),
+# host_reserved (4); FusedBatchNormV3 and its fused form: reserve_space_3 (5), cuDNN's batch-norm workspace (on a
+# CPU a scalar zero).
+_WORKSPACE: dict[str, tuple[int, ...]] = {
+    "CudnnRNN": (3,), "CudnnRNNV2": (3, 4), "CudnnRNNV3": (3, 4), "FusedBatchNormV3": (5,), "_FusedBatchNormEx": (5,),
+}
+
+
 def _build() -> dict[str, OpType]:
     from ..patches.registry import PATCHES
 
@@ -142,8 +156,8 @@ def _build() -> dict[str, OpType]:
         for name in names:
             roles.setdefault(name, set()).add(role)
     return {name: OpType(name, frozenset(roles.get(name, ())), _REMEDIES.get(name, ""),
-                         name if name in PATCHES and PATCHES[name].build else "")
-            for name in sorted(set(roles) | set(_REMEDIES) | set(PATCHES))}
+                         name if name in PATCHES and PATCHES[name].build else "", frozenset(_WORKSPACE.get(name, ())))
+            for name in sorted(set(roles) | set(_REMEDIES) | set(PATCHES) | set(_WORKSPACE))}
 
 
 TABLE: dict[str, OpType] = _build()
@@ -156,6 +170,11 @@ def info(op_type: str) -> OpType:
 
 def has(op_type: str, role: str) -> bool:
     return role in info(op_type).roles
+
+
+def workspace(op_type: str) -> frozenset:
+    """The output ports of `op_type` whose bytes have no defined value: never compared."""
+    return info(op_type).workspace
 
 
 def with_role(role: str) -> frozenset:

@@ -11,6 +11,7 @@ import io
 
 import numpy as np
 
+from ..ir import optypes
 from .call import NotReplayable, OpCall
 
 LIMIT_BYTES = 256 * 2**20  # inputs larger than this are not saved (the reproducer is skipped, and says so)
@@ -18,7 +19,7 @@ LIMIT_BYTES = 256 * 2**20  # inputs larger than this are not saved (the reproduc
 TEMPLATE = '''"""Reproducer written by opbisect for {op} ({op_type}): source #{rank} of {script}.
 
 It runs the op alone {runs} times on the inputs it had in the step (saved beside this file, {npz}), on
-{device}, and prints how many distinct results it gave: exit 1 if they differ, 0 if not.
+{device}, and prints how many distinct results it gave: exit 1 if they differ, 0 if not.{note}
 Needs only TensorFlow and NumPy:  python {name}
 """
 import hashlib
@@ -35,7 +36,7 @@ with tf.device({device!r}):
     digests = set()
     for _ in range(RUNS):
 {restore}        out = tf.raw_ops.{op_type}(**args)
-        results = [t.numpy() for t in tf.nest.flatten(out) if hasattr(t, "numpy")]{states}
+        results = [t.numpy() for t in {outputs} if hasattr(t, "numpy")]{states}
         h = hashlib.sha256()
         for a in results:
             h.update(a.dtype.str.encode() + str(a.shape).encode() + np.ascontiguousarray(a).tobytes())
@@ -43,6 +44,19 @@ with tf.device({device!r}):
 print(f"{op_type}: {{len(digests)}} distinct results in {{RUNS}} runs on {device}")
 sys.exit(1 if len(digests) > 1 else 0)
 '''
+
+
+_WORKSPACE_NOTE = """
+Outputs {ports} are cuDNN's workspace (its reserve space): their bytes have no defined value and are not compared."""
+
+
+def _outputs(workspace: frozenset) -> tuple[str, str]:
+    """The template's expression for the outputs compared, and the docstring's note on those left out."""
+    if not workspace:
+        return "tf.nest.flatten(out)", ""
+    ports = ", ".join(map(str, sorted(workspace)))
+    return (f"[t for port, t in enumerate(tf.nest.flatten(out)) if port not in {{{ports}}}]",
+            _WORKSPACE_NOTE.format(ports=ports))
 
 
 def _render(value) -> str:
@@ -80,9 +94,10 @@ def files(call: OpCall, values: dict, states: dict, *, rank: int, script: str, r
     restore = "".join(f'        var_{names[v]}.assign(saved["{names[v]}"])\n' for v in call.variables)
     states = "".join(f" + [var_{names[v]}.numpy()]" for v in call.variables)
     base = f"{rank}_{call.op_type}"
+    outputs, note = _outputs(optypes.workspace(call.op_type))
     text = TEMPLATE.format(op=call.op, op_type=call.op_type, rank=rank, script=script, runs=runs,
                            device=call.device or device, npz=f"{base}.npz", name=f"{base}.py", variables=variables,
-                           kwargs=", ".join(kwargs), restore=restore, states=states)
+                           kwargs=", ".join(kwargs), restore=restore, states=states, outputs=outputs, note=note)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return {f"repro/{base}.py": text, f"repro/{base}.npz": buf.getvalue()}
