@@ -15,10 +15,10 @@ Every rule that depends on an op's type reads this table (as JAX's rule tables a
 - remedy: one line on what to do when an op of this type is a source;
 - patch: the key of its deterministic replacement in the patch library (empty while there is none);
 - workspace: the output ports whose bytes have no defined value (cuDNN's reserve space: scratch the forward op
-  hands its gradient, padding included, allocated and not cleared). They are never compared: their bytes differ with
+  hands its gradient, allocated and not necessarily written in full). They are never compared: their bytes vary with
   whatever the memory held before (measured on an H200: CudnnRNNV3's reserve space differed in 1 of 5 runs of a
-  Keras LSTM step while its outputs and every later value were identical), and an op that reads one is judged by its
-  other inputs.
+  Keras LSTM step while its other outputs were identical, and the step was bitwise reproducible with only its two
+  real sources patched), and an op that reads one is judged by its other inputs.
 A stateful op with a resource input that is not a READ is a write (conservative: scatters and RNG state
 updates read and write).
 

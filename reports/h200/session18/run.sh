@@ -5,7 +5,8 @@
 #   bash reports/h200/session18/run.sh finish   # both XLA mixed-precision examples traced, each reproducer in a
 #                                               # fresh process, then verified with those traces' own CSVs
 #   bash reports/h200/session18/run.sh tests    # the replay and verify tests on the GPU
-# Second lease: the rest of the suite on the GPU (by hand, beside the phases) named lstm_embedding's CudnnRNNV3, whose
+#   bash reports/h200/session18/run.sh suite    # the rest of the suite on the GPU, 4 workers (CI runs it on CPUs)
+# Second lease: the rest of the suite on the GPU named lstm_embedding's CudnnRNNV3, whose
 # one differing output is its reserve space, whose reproducer exits 0 in a fresh process: cuDNN workspace is not
 # compared now (optypes.workspace):
 #   bash reports/h200/session18/run.sh workspace  # lstm_embedding traced (reproducers run), verified
@@ -22,6 +23,9 @@ if [ "$PHASE" = finish ]; then
 elif [ "$PHASE" = workspace ]; then
   traced lstm_embedding 120
   verify lstm_embedding 150 "$R/lstm_embedding/sources.csv"
+elif [ "$PHASE" = suite ]; then  # each worker takes GPU memory as it needs it (4 taking it all: an InternalError)
+  TF_FORCE_GPU_ALLOW_GROWTH=true run tests 540 python3 -m pytest -q -p no:cacheprovider tests -n 4 \
+    --ignore=tests/test_replay.py --ignore=tests/test_verify.py
 elif [ "$PHASE" = tests ]; then
   run tests 500 python3 -m pytest -q -p no:cacheprovider tests/test_replay.py tests/test_verify.py
 fi

@@ -1,8 +1,8 @@
-"""Reproducer written by opbisect for sgd/ResourceScatterSub (ResourceScatterSub): source #3 of examples/lstm_embedding.py.
+"""Reproducer written by opbisect for cond/then_branch::cond/sgd/ResourceScatterSub (ResourceScatterSub): source #1 of examples/mixed_precision_fit.py.
 
-It runs the op alone 20 times on the inputs it had in the step (saved beside this file, 3_ResourceScatterSub.npz), on
+It runs the op alone 20 times on the inputs it had in the step (saved beside this file, 1_ResourceScatterSub.npz), on
 /device:GPU:0, and prints how many distinct results it gave: exit 1 if they differ, 0 if not.
-Needs only TensorFlow and NumPy:  python 3_ResourceScatterSub.py
+Needs only TensorFlow and NumPy:  python 1_ResourceScatterSub.py
 """
 import hashlib
 import sys

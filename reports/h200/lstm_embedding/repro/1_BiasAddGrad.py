@@ -1,8 +1,8 @@
-"""Reproducer written by opbisect for gradient_tape/sequential_1/dense_1/BiasAdd/BiasAddGrad (BiasAddGrad): source #2 of examples/lstm_embedding.py.
+"""Reproducer written by opbisect for gradient_tape/sequential_1/dense_1/BiasAdd/BiasAddGrad (BiasAddGrad): source #1 of examples/lstm_embedding.py.
 
-It runs the op alone 20 times on the inputs it had in the step (saved beside this file, 2_BiasAddGrad.npz), on
+It runs the op alone 20 times on the inputs it had in the step (saved beside this file, 1_BiasAddGrad.npz), on
 /device:GPU:0, and prints how many distinct results it gave: exit 1 if they differ, 0 if not.
-Needs only TensorFlow and NumPy:  python 2_BiasAddGrad.py
+Needs only TensorFlow and NumPy:  python 1_BiasAddGrad.py
 """
 import hashlib
 import sys
