@@ -10,6 +10,9 @@
 # one differing output is its reserve space, whose reproducer exits 0 in a fresh process: cuDNN workspace is not
 # compared now (optypes.workspace):
 #   bash reports/h200/session18/run.sh workspace  # lstm_embedding traced (reproducers run), verified
+# Third lease, with the device time left: ResNet50 (the scale example, never traced to a report) traced, verified
+# with its CSV, then its reproducers in fresh processes:
+#   bash reports/h200/session18/run.sh resnet
 set -u
 SESSION=session18 PHASE=${1:-finish}
 source reports/h200/lib.sh
@@ -26,6 +29,14 @@ elif [ "$PHASE" = workspace ]; then
 elif [ "$PHASE" = suite ]; then  # each worker takes GPU memory as it needs it (4 taking it all: an InternalError)
   TF_FORCE_GPU_ALLOW_GROWTH=true run tests 540 python3 -m pytest -q -p no:cacheprovider tests -n 4 \
     --ignore=tests/test_replay.py --ignore=tests/test_verify.py
+elif [ "$PHASE" = resnet ]; then
+  run resnet50 120 python3 -m opbisect trace examples/resnet50.py --runs 5 --out "$R" --no-progress
+  verify resnet50 200 "$R/resnet50/sources.csv"
+  for f in "$R"/resnet50/repro/*.py; do
+    [ -f "$f" ] || continue
+    timeout 60 python3 "$f" > /tmp/repro.out 2>&1; echo "${f#$R/} exit=$?: $(tail -1 /tmp/repro.out)" | tee -a "$R/reproducers.txt"
+    pack
+  done
 elif [ "$PHASE" = tests ]; then
   run tests 500 python3 -m pytest -q -p no:cacheprovider tests/test_replay.py tests/test_verify.py
 fi
