@@ -110,12 +110,18 @@ def run_step(tmp_path):
     return run
 
 
+def child_env(env: dict | None = None, *first: Path) -> dict:
+    """A child process's environment: `env` (this process's by default) with `first` and the project first on
+    PYTHONPATH, then whatever path it held (the GPU machine's TensorFlow and Keras are on PYTHONPATH)."""
+    env = dict(os.environ if env is None else env)
+    path = os.pathsep.join(p for p in (*map(str, first), str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return {**env, "PYTHONPATH": path}
+
+
 def cli(*args: str, cwd: Path | None = None, env: dict | None = None,
         clear_env: bool = False) -> subprocess.CompletedProcess:
     """Run the `opbisect` command line as a user would, in a fresh process (`clear_env`: with `env` alone)."""
     base = {} if clear_env else dict(os.environ)
-    # the project first, then whatever path brought TensorFlow here (the GPU machine's TensorFlow is on PYTHONPATH)
-    path = os.pathsep.join(p for p in (str(ROOT), base.get("PYTHONPATH", "")) if p)
-    full_env = {**base, **(env or {}), "PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    full_env = {**child_env({**base, **(env or {})}), "TF_CPP_MIN_LOG_LEVEL": "2"}
     return subprocess.run([sys.executable, "-m", "opbisect", *args], capture_output=True, text=True,
                           cwd=cwd or ROOT, env=full_env, timeout=600)

@@ -19,7 +19,7 @@ from opbisect.analysis import preflight
 from opbisect.cli import main
 from opbisect.record.model import RECORD_VERSION
 
-from conftest import NOISE_STEP, ROOT, trace, write_script
+from conftest import NOISE_STEP, child_env, trace, write_script
 
 # A numpy_function that varies only on the calls listed: each pass of the experiment runs the step once per run,
 # in a fixed order, so a fault can be planted in exactly the passes a branch needs. With runs=3 and 2 magnitude runs:
@@ -126,11 +126,13 @@ def test_no_tensorflow_cannot_be_tested(tmp_path):
     (fake / "__init__.py").write_text("raise ImportError('planted: no TensorFlow')\n")
     script = write_script(tmp_path, "step", "")
     done = subprocess.run([sys.executable, "-m", "opbisect", "trace", str(script), "--out", str(tmp_path / "r")],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": f"{fake.parent}:{ROOT}"})
+                          capture_output=True, text=True, env=child_env(None, fake.parent))
     assert done.returncode == 125 and "TensorFlow is not importable" in done.stderr.splitlines()[-1]
 
 
 def test_a_gpu_asked_for_where_none_is_cannot_be_tested(capsys, tmp_path):
+    if tf.config.list_physical_devices("GPU"):
+        pytest.skip("this machine has a GPU")
     script = write_script(tmp_path, "step", PLANTED.format(vary_on="set()"))
     assert main(["trace", str(script), "--device", "gpu", "--out", str(tmp_path / "r")]) == 125
     assert "sees no GPU" in capsys.readouterr().err
@@ -214,7 +216,7 @@ def test_report_reads_a_record_from_a_pipe_and_writes_only_where_told(run_step, 
     folder = _good_report(run_step, tmp_path)
     done = subprocess.run(["bash", "-c", f"{sys.executable} -m opbisect report <(cat {folder / 'record.json'}) "
                                          f"--out {tmp_path / 'again'}"], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env=child_env())
     assert done.returncode == 0, done.stderr  # planted on the instrumented calls only: an observer effect
     assert (tmp_path / "again" / "model_step" / "sources.csv").read_text() == (folder / "sources.csv").read_text()
 
@@ -259,7 +261,7 @@ def test_a_report_that_cannot_be_written_exits_129_and_leaves_nothing(tmp_path):
 
     done = subprocess.run([sys.executable, "-m", "opbisect", "trace", str(script), "--runs", "2", "--out",
                            str(tmp_path / "r"), "--no-progress"], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=small_files)
+                          env=child_env(), preexec_fn=small_files)
     assert done.returncode == 129, done.stderr[-2000:]
     assert "nothing was replaced" in done.stderr.splitlines()[-1] and list((tmp_path / "r").iterdir()) == []
 
@@ -272,7 +274,7 @@ def _start(tmp_path, *extra) -> tuple[subprocess.Popen, Path]:
     pid = f"open({str(tmp_path / 'pid')!r}, 'w').write(str(__import__('os').getpid()))\n"
     header = f"import time\nMARKER = {str(marker)!r}\n{pid}"
     script = write_script(tmp_path, "slow", header + SLOW.format(vary_on="set()"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path / "tmp")}
+    env = {**child_env(), "TMPDIR": str(tmp_path / "tmp")}
     (tmp_path / "tmp").mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "opbisect", "trace", str(script), "--runs", "20", "--out",
                              str(tmp_path / "r"), "--no-progress", *extra], env=env, stdout=subprocess.PIPE,
@@ -341,7 +343,7 @@ def test_git_bisect_run_finds_the_commit_that_made_the_step_nondeterministic_and
     _git(repo, "bisect", "start", shas[-1], shas[0])
     run = subprocess.run(["git", "bisect", "run", sys.executable, "-m", "opbisect", "trace", "model_step.py",
                           "--runs", "3", "--no-progress", "--out", str(tmp_path / "reports")], cwd=repo,
-                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=900)
+                         capture_output=True, text=True, env=child_env(), timeout=900)
     assert f"{shas[4]} is the first bad commit" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
     log = _git(repo, "bisect", "log")
     assert f"# skip: [{shas[2]}]" in log  # the broken revision exited 125

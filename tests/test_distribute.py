@@ -12,7 +12,7 @@ import time
 import pandas as pd
 import pytest
 
-from conftest import ROOT, cli
+from conftest import child_env, cli
 
 TWO_CPUS = """
 import os
@@ -181,8 +181,7 @@ def test_the_fused_fingerprint_digests_each_replicas_tensors_on_that_replicas_de
     (tmp_path / "model_step.py").write_text(CUSTOM_LOOP)
     (tmp_path / "placement.py").write_text(FUSED_PLACEMENT)
     done = subprocess.run([sys.executable, str(tmp_path / "placement.py"), str(tmp_path / "model_step.py")],
-                          capture_output=True, text=True, timeout=600, env={**__import__("os").environ,
-                                                                            "PYTHONPATH": str(ROOT)})
+                          capture_output=True, text=True, timeout=600, env=child_env())
     assert done.returncode == 0, done.stderr[-3000:]
     nodes = json.loads(done.stdout.strip().splitlines()[-1])
     replica_devices = {device for device, _ in nodes if device.endswith(("CPU:0", "CPU:1"))}
