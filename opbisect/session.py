@@ -29,7 +29,7 @@ from pathlib import Path
 from . import report, tfcompat
 from .analysis import facts, preflight
 from .analysis.rank import rank
-from .analysis.sources import in_process_rows, replica_count
+from .analysis.sources import hidden_behind, in_process_rows, replica_count
 from .errors import CannotTest, TargetError, UsageError
 from .ir.ids import state_id
 from .record import store
@@ -113,6 +113,8 @@ def run_trace(settings: TraceSettings, echo=print) -> int:
             record, files = across_replicas(settings)
         else:
             record, files = experiment(settings)
+        patches = ",".join(p for p in (settings.patch, str(folder.final / report.csv.FILENAME)) if p)
+        record.findings += hidden_behind(record.sources, str(settings.script), patches)
         written = report.write(record, folder, html=settings.html, extra=files)
     for line in report.text.lines(record, written):
         echo(line)

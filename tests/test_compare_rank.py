@@ -9,6 +9,7 @@ import numpy as np
 from opbisect.analysis.compare import compare
 from opbisect.analysis.magnitude import of_runs, of_source
 from opbisect.analysis.rank import rank
+from opbisect.analysis.sources import hidden_behind
 from opbisect.ir.graph import OpGraph
 from opbisect.record.model import Source
 
@@ -130,6 +131,16 @@ def test_ranking_rule_puts_result_reaching_then_earliest_then_widest_then_larges
                                            "step_two", "harmless"]
     assert [s.rank for s in ranked] == [1, 2, 3, 4, 5, 6, 7]
     assert rank([]) == []
+
+
+def test_a_patchable_source_whose_difference_spreads_points_to_a_trace_with_it_patched():
+    xent = _source("loss/xent", op_type="SparseSoftmaxCrossEntropyWithLogits", downstream_differing=3106)
+    scatter = _source("sgd/scatter", op_type="ResourceScatterSub", kind="write", downstream_differing=0)
+    noise = _source("noise", op_type="RandomUniform", kind="random", downstream_differing=40)
+    [note] = hidden_behind([xent, scatter, noise], "step.py", "r/step/sources.csv")
+    assert note.level == "note" and note.message.startswith("3106 op(s) after loss/xent")
+    assert "`opbisect trace step.py --patch r/step/sources.csv`" in note.message
+    assert hidden_behind([scatter, noise], "step.py", "r/step/sources.csv") == []  # nothing hidden a patch uncovers
 
 
 def test_the_replica_of_an_op_follows_its_device_where_keras_marks_only_replicas_after_the_first():

@@ -6,10 +6,11 @@ import collections
 import functools
 import re
 
+from ..ir import optypes
 from ..ir.graph import OpGraph
 from ..ir.ids import split_op_id
 from ..ir.optypes import remedy
-from ..record.model import Magnitude, Replay, Source
+from ..record.model import Finding, Magnitude, Replay, Source
 from .compare import SourceOp
 
 
@@ -97,3 +98,19 @@ def in_process_rows(graph: OpGraph, per_step: list[tuple[int, list[SourceOp], di
                                        observer_effect=s.affects_result and not plain_varies,
                                        replay=replays.get(s.op)))
     return rows
+
+
+def hidden_behind(sources: list[Source], script: str, patches: str) -> list[Finding]:
+    """A source is an op that varies on identical inputs, so an op after one whose difference spreads is never
+    named, even if it varies by itself too (on the H200 the LM head's cross-entropy hid two BiasAddGrads and Adam's
+    segment sums). Where a patchable source's difference reaches other ops, say how to look behind it: `patches`,
+    what to replace in the next trace (this report's CSV, after what this trace already replaced)."""
+    spreading = [s for s in sources if s.kind in ("op", "write") and s.downstream_differing
+                 and optypes.info(s.op_type).patch]
+    if not spreading:
+        return []
+    first, more = spreading[0], len(spreading) - 1
+    also = f" (as do ops after {more} more patchable source(s))" if more else ""
+    return [Finding("note", f"{first.downstream_differing} op(s) after {first.op_name} differ because it does{also}, "
+                            f"so a source among them cannot show here: `opbisect trace {script} --patch {patches}` "
+                            f"traces the step with the patchable sources replaced and names what they hid")]
