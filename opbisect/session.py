@@ -114,7 +114,7 @@ def run_trace(settings: TraceSettings, echo=print) -> int:
         else:
             record, files = experiment(settings)
         patches = ",".join(p for p in (settings.patch, str(folder.final / report.csv.FILENAME)) if p)
-        record.findings += hidden_behind(record.sources, str(settings.script), patches)
+        record.findings = hidden_behind(record.findings, record.sources, str(settings.script), patches)
         written = report.write(record, folder, html=settings.html, extra=files)
     for line in report.text.lines(record, written):
         echo(line)

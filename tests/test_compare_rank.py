@@ -11,7 +11,7 @@ from opbisect.analysis.magnitude import of_runs, of_source
 from opbisect.analysis.rank import rank
 from opbisect.analysis.sources import hidden_behind
 from opbisect.ir.graph import OpGraph
-from opbisect.record.model import Source
+from opbisect.record.model import Finding, Source
 
 
 def chain(*ops: tuple[str, str, list[str]], writes: dict | None = None, reads: dict | None = None) -> OpGraph:
@@ -137,10 +137,14 @@ def test_a_patchable_source_whose_difference_spreads_points_to_a_trace_with_it_p
     xent = _source("loss/xent", op_type="SparseSoftmaxCrossEntropyWithLogits", downstream_differing=3106)
     scatter = _source("sgd/scatter", op_type="ResourceScatterSub", kind="write", downstream_differing=0)
     noise = _source("noise", op_type="RandomUniform", kind="random", downstream_differing=40)
-    [note] = hidden_behind([xent, scatter, noise], "step.py", "r/step/sources.csv")
-    assert note.level == "note" and note.message.startswith("3106 op(s) after loss/xent")
+    other = Finding("warning", "something else")
+    [kept, note] = hidden_behind([other], [xent, scatter, noise], "step.py", "r/step/sources.csv")
+    assert kept == other and note.level == "note" and note.message.startswith("3106 op(s) after loss/xent")
     assert "`opbisect trace step.py --patch r/step/sources.csv`" in note.message
-    assert hidden_behind([scatter, noise], "step.py", "r/step/sources.csv") == []  # nothing hidden a patch uncovers
+    # a child process's note (naming its temporary folder) is replaced, not repeated
+    [again] = hidden_behind([note], [xent], "step.py", "out/step/sources.csv")
+    assert "--patch out/step/sources.csv`" in again.message and "r/step" not in again.message
+    assert hidden_behind([], [scatter, noise], "step.py", "r/step/sources.csv") == []  # nothing a patch uncovers
 
 
 def test_the_replica_of_an_op_follows_its_device_where_keras_marks_only_replicas_after_the_first():
