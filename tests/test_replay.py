@@ -154,14 +154,6 @@ def test_a_source_that_needs_its_context_does_not_vary_alone(run_step):
     assert any("did not vary alone" in line for line in t.lines)
 
 
-def test_a_trace_points_behind_a_patchable_source_whose_difference_spreads(run_step, monkeypatch, tmp_path):
-    monkeypatch.setitem(optypes.TABLE, "PyFunc", dataclasses.replace(optypes.info("PyFunc"), patch="PyFunc"))
-    t = run_step(CONTEXT, runs=3, replay=False)
-    notes = [f.message for f in t.record.findings if "cannot show here" in f.message]
-    assert t.sources == ["use_mode"] and len(notes) == 1
-    assert f"--patch {tmp_path / 'reports' / 'model_step' / 'sources.csv'}`" in notes[0]
-
-
 def test_a_write_is_replayed_from_the_state_the_write_before_it_left(run_step):
     t = until_it_fires(lambda: run_step(SCATTER_AFTER_WRITE, runs=6, replay_runs=10))
     assert t.sources == ["ResourceScatterAdd"] and t.row("ResourceScatterAdd")["kind"] == "write"

@@ -8,7 +8,9 @@ race of the shipped example is checked too: its patched step must be reproducibl
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -16,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 import opbisect
+from opbisect.ir import optypes
 from opbisect.patches import PATCHES, Patch
 from opbisect.record.verification import CPU_REFERENCE, GLOBAL, PATCHED, PLAIN
 from opbisect.settings import VerifySettings
@@ -102,17 +105,26 @@ inputs = (tf.ones([4]),)
 """
 
 
+def _looks_behind(t) -> str:
+    """The --patch of the trace command a report's note gives to look behind its sources ("" without one)."""
+    found = [re.search(r"--patch (\S+)`", f.message) for f in t.record.findings]
+    return next((f"--patch {m.group(1)}" for m in found if m), "")
+
+
 def test_trace_with_patch_finds_the_source_the_patched_one_hid(tmp_path, monkeypatch):
     def build(ctx, x):  # a test-only patch: the numpy_function gives its input back
         return [tf.identity(x)]
 
     monkeypatch.setitem(PATCHES, "PyFunc", Patch("PyFunc", build, "identity (test only)"))
+    monkeypatch.setitem(optypes.TABLE, "PyFunc", dataclasses.replace(optypes.info("PyFunc"), patch="PyFunc"))
     script = write_script(tmp_path, "model_step", HIDDEN_BEHIND)
     first = trace(script, tmp_path / "first", runs=3, replay=False)
     assert first.sources == ["first"]
+    assert _looks_behind(first) == f"--patch {first.csv_path}"  # the trace says what to run next
     second = trace(script, tmp_path / "second", runs=3, replay=False, patch=str(first.csv_path))
     assert second.code == 1 and second.sources == ["second"]
     assert second.record.meta.patched == ["first"]
+    assert _looks_behind(second) == f"--patch {first.csv_path},{second.csv_path}"
     assert second.row("second")["source_location"].startswith("model_step.py:")  # sites kept from the step
     code, variants, record = verify(script, tmp_path, patch=str(first.csv_path), switches=False)
     assert code == 1 and record["replaced"] == ["first"]
