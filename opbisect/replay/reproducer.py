@@ -36,7 +36,7 @@ with tf.device({device!r}):
     digests = set()
     for _ in range(RUNS):
 {restore}        out = tf.raw_ops.{op_type}(**args)
-        results = [t.numpy() for t in {outputs} if hasattr(t, "numpy")]{states}
+        results = {results}{states}
         h = hashlib.sha256()
         for a in results:
             h.update(a.dtype.str.encode() + str(a.shape).encode() + np.ascontiguousarray(a).tobytes())
@@ -50,13 +50,13 @@ _WORKSPACE_NOTE = """
 Outputs {ports} are cuDNN's workspace (its reserve space): their bytes have no defined value and are not compared."""
 
 
-def _outputs(workspace: frozenset) -> tuple[str, str]:
-    """The template's expression for the outputs compared, and the docstring's note on those left out."""
+def _results(workspace: frozenset) -> tuple[str, str]:
+    """The template's list of the outputs compared, and the docstring's note on those left out."""
     if not workspace:
-        return "tf.nest.flatten(out)", ""
+        return '[t.numpy() for t in tf.nest.flatten(out) if hasattr(t, "numpy")]', ""
     ports = ", ".join(map(str, sorted(workspace)))
-    return (f"[t for port, t in enumerate(tf.nest.flatten(out)) if port not in {{{ports}}}]",
-            _WORKSPACE_NOTE.format(ports=ports))
+    return (f'[t.numpy() for port, t in enumerate(tf.nest.flatten(out)) if hasattr(t, "numpy") and port not in '
+            f'{{{ports}}}]', _WORKSPACE_NOTE.format(ports=ports))
 
 
 def _render(value) -> str:
@@ -94,10 +94,10 @@ def files(call: OpCall, values: dict, states: dict, *, rank: int, script: str, r
     restore = "".join(f'        var_{names[v]}.assign(saved["{names[v]}"])\n' for v in call.variables)
     states = "".join(f" + [var_{names[v]}.numpy()]" for v in call.variables)
     base = f"{rank}_{call.op_type}"
-    outputs, note = _outputs(optypes.workspace(call.op_type))
+    results, note = _results(optypes.workspace(call.op_type))
     text = TEMPLATE.format(op=call.op, op_type=call.op_type, rank=rank, script=script, runs=runs,
                            device=call.device or device, npz=f"{base}.npz", name=f"{base}.py", variables=variables,
-                           kwargs=", ".join(kwargs), restore=restore, states=states, outputs=outputs, note=note)
+                           kwargs=", ".join(kwargs), restore=restore, states=states, results=results, note=note)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return {f"repro/{base}.py": text, f"repro/{base}.npz": buf.getvalue()}
