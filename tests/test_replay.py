@@ -304,8 +304,9 @@ def test_a_keras_mixed_precision_step_under_xla_threads_out_the_scatter_inputs_a
         args = target.make_inputs()
         trace = trace_step(target, args)
         write = next(op for op in trace.graph.ops if op.endswith("ResourceScatterSub"))
-        wanted = {"ids": next(t for t in _inputs(trace, write) if trace.graph.dtype(t) == "int32"),
-                  "updates": next(t for t in _inputs(trace, write) if trace.graph.dtype(t) == "float32"),
+        inputs = trace.graph.data_inputs(write)
+        wanted = {"ids": next(t for t in inputs if trace.graph.dtype(t) == "int32"),
+                  "updates": next(t for t in inputs if trace.graph.dtype(t) == "float32"),
                   "table": f"{write}:pre0"}
         wanted = {k: f"{t}@0" for k, t in wanted.items()}
         fp = fingerprint.WeightedSumFingerprinter()
@@ -321,12 +322,6 @@ def test_a_keras_mixed_precision_step_under_xla_threads_out_the_scatter_inputs_a
         taken = values.runs[-1]
         assert (taken[wanted["table"]] == table).all()  # the table as this run found it, before its update
         assert (taken[wanted["ids"]] == args[0].numpy().reshape(-1)).all()  # the batch's token ids, looked up
-
-
-def _inputs(trace, op: str) -> list[str]:
-    """The tensor ids feeding `op`, in the order of its inputs."""
-    edges = [d for _, _, d in trace.graph.g.in_edges(op, data=True) if d["kind"] == "data"]
-    return [d["tensor"] for d in sorted(edges, key=lambda d: d["slot"])]
 
 
 def test_where_recording_a_bodys_values_fails_its_source_is_not_replayed_and_the_verdict_stands(run_step,

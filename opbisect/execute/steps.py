@@ -145,6 +145,7 @@ def _in_bodies(tensors: list[str], runs: int, runner: Runner, trace, fingerprint
     inside = [t for t in dict.fromkeys(tensors) if TensorRef.parse(t).region]
     if not agree.any(f"body values pass of step {k}", bool(inside)):
         return {}, "", False
+
     def build(values: BodyValues):
         return capture.build(trace, [], fingerprinter, [], descend=True, values=values)
 
