@@ -147,6 +147,21 @@ def test_a_patchable_source_whose_difference_spreads_points_to_a_trace_with_it_p
     assert hidden_behind([], [scatter, noise], "step.py", "r/step/sources.csv") == []  # nothing a patch uncovers
 
 
+def test_a_spreading_source_only_a_family_switch_fixes_puts_the_switch_in_the_command():
+    """ResNet50 on the H200: MaxPoolGrad (no rewrite; TF_CUDNN_DETERMINISTIC fixes it) hid the first conv's
+    BiasAddGrad; a next trace without the switch would name MaxPoolGrad again."""
+    pool = _source("grad/MaxPoolGrad", op_type="MaxPoolGrad", downstream_differing=325)
+    bias = _source("grad/BiasAddGrad", op_type="BiasAddGrad", downstream_differing=289)
+    [note] = hidden_behind([], [pool, bias], "step.py", "r/a.csv,r/b.csv")
+    assert note.message.startswith("325 op(s) after grad/MaxPoolGrad")
+    assert "`TF_CUDNN_DETERMINISTIC=1 opbisect trace step.py --patch r/a.csv,r/b.csv`" in note.message
+    # set for this trace already (the sources it found are what the switch left): kept for the next one
+    [note] = hidden_behind([], [bias], "step.py", "r/c.csv", switches_on=["TF_CUDNN_DETERMINISTIC"])
+    assert "`TF_CUDNN_DETERMINISTIC=1 opbisect trace step.py --patch r/c.csv`" in note.message
+    [note] = hidden_behind([], [bias], "step.py", "r/c.csv")
+    assert "`opbisect trace step.py --patch r/c.csv`" in note.message
+
+
 def test_the_replica_of_an_op_follows_its_device_where_keras_marks_only_replicas_after_the_first():
     """MirroredStrategy under Keras: replica 1's ops are `gradient_tape/replica_1/...` on the second device, replica
     0's carry no mark (and other layer numbers), the per-device optimizer updates none either."""

@@ -349,3 +349,22 @@ def test_rows_unknown_while_tracing_take_the_loop_form_of_the_scan(rng):
                      input_signature=[tf.TensorSpec([None, 3]), tf.TensorSpec([None], tf.int32)])
     assert {"While", "StatelessWhile"} & {op.type for op in fn.get_concrete_function().graph.get_operations()}
     np.testing.assert_allclose(fn(data, ids).numpy(), tf.math.unsorted_segment_sum(data, ids, 5).numpy(), rtol=RTOL)
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("TRUE", True), ("0", False), ("", False),
+                                       ("false", False)])
+def test_a_family_switch_is_read_as_tensorflow_reads_it(monkeypatch, value, on):
+    from opbisect.patches.registry import CUDNN_SWITCH, switch_on, switches_on
+
+    monkeypatch.delenv("TF_USE_DETERMINISTIC_SEGMENT_REDUCTIONS", raising=False)
+    monkeypatch.setenv(CUDNN_SWITCH, value)
+    assert switch_on(CUDNN_SWITCH) is on and switches_on() == ([CUDNN_SWITCH] if on else [])
+
+
+def test_the_op_type_table_names_the_family_switch_of_the_types_only_a_switch_fixes():
+    from opbisect.ir import optypes
+
+    assert optypes.info("MaxPoolGrad").switch == "TF_CUDNN_DETERMINISTIC" and not optypes.info("MaxPoolGrad").patch
+    assert optypes.info("UnsortedSegmentSum").switch == "TF_USE_DETERMINISTIC_SEGMENT_REDUCTIONS"
+    assert optypes.info("BiasAddGrad").switch == "" and optypes.info("BiasAddGrad").patch
+    assert "TF_CUDNN_DETERMINISTIC=1" in optypes.remedy("MaxPoolGrad", "op")

@@ -103,21 +103,26 @@ def in_process_rows(graph: OpGraph, per_step: list[tuple[int, list[SourceOp], di
 _HIDDEN = "cannot show here"  # the note's mark: a child's record carries one that names its temporary folder
 
 
-def hidden_behind(findings: list[Finding], sources: list[Source], script: str, patches: str) -> list[Finding]:
+def hidden_behind(findings: list[Finding], sources: list[Source], script: str, patches: str,
+                  switches_on: list[str] = ()) -> list[Finding]:
     """`findings` and a note on what the sources may hide. A source is an op that varies on identical inputs, so
     an op after one whose difference spreads is never named, even if it varies by itself too (on the H200 the LM
-    head's cross-entropy hid two BiasAddGrads and Adam's segment sums). Where a patchable source's difference
-    reaches other ops, the note says how to look behind it: `patches`, what the next trace replaces (this report's
-    CSV, after what this trace already replaced). A note already there, from a child process's record (of
-    --processes, --workers or --replicas), is replaced."""
+    head's cross-entropy hid two BiasAddGrads and Adam's segment sums). Where a source that a patch or a family
+    switch fixes reaches other ops, the note says how to look behind it: `patches`, what the next trace replaces
+    (this report's CSV, after what this trace already replaced), under the family switches that the sources with no
+    rewrite need and those `switches_on` (already set for this trace; ResNet50's MaxPoolGrad hid its first
+    BiasAddGrad, and a trace without TF_CUDNN_DETERMINISTIC names it again). A note already there, from a child
+    process's record (of --processes, --workers or --replicas), is replaced."""
     findings = [f for f in findings if _HIDDEN not in f.message]
     spreading = [s for s in sources if s.kind in ("op", "write") and s.downstream_differing
-                 and optypes.info(s.op_type).patch]
+                 and (optypes.info(s.op_type).patch or optypes.info(s.op_type).switch)]
     if not spreading:
         return findings
     first, more = spreading[0], len(spreading) - 1
-    also = f" (as do ops after {more} more patchable source(s))" if more else ""
+    also = f" (as do ops after {more} more source(s) with a fix)" if more else ""
+    needed = {optypes.info(s.op_type).switch for s in spreading if not optypes.info(s.op_type).patch}
+    env = "".join(f"{name}=1 " for name in sorted(needed | set(switches_on)))
     return findings + [Finding("note", f"{first.downstream_differing} op(s) after {first.op_name} differ because it "
-                                       f"does{also}, so a source among them {_HIDDEN}: `opbisect trace {script} "
-                                       f"--patch {patches}` traces the step with the patchable sources replaced and "
+                                       f"does{also}, so a source among them {_HIDDEN}: `{env}opbisect trace "
+                                       f"{script} --patch {patches}` traces the step with those sources fixed and "
                                        f"names what they hid")]

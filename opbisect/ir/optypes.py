@@ -14,6 +14,7 @@ Every rule that depends on an op's type reads this table (as JAX's rule tables a
   tf.data roles PARALLEL_DATASET and SHUFFLE_DATASET;
 - remedy: one line on what to do when an op of this type is a source;
 - patch: the key of its deterministic replacement in the patch library (empty while there is none);
+- switch: TensorFlow's family switch that makes the type deterministic (an environment variable), where one exists;
 - workspace: the output ports whose bytes have no defined value (cuDNN's reserve space: scratch the forward op
   hands its gradient, allocated and not necessarily written in full). They are never compared: their bytes vary with
   whatever the memory held before (measured on an H200: CudnnRNNV3's reserve space differed in 1 of 5 runs of a
@@ -43,6 +44,7 @@ class OpType:
     remedy: str = ""
     patch: str = ""
     workspace: frozenset = frozenset()  # output ports
+    switch: str = ""
 
 
 OPD = "tf.config.experimental.enable_op_determinism()"
@@ -156,7 +158,8 @@ def _build() -> dict[str, OpType]:
         for name in names:
             roles.setdefault(name, set()).add(role)
     return {name: OpType(name, frozenset(roles.get(name, ())), _REMEDIES.get(name, ""),
-                         name if name in PATCHES and PATCHES[name].build else "", frozenset(_WORKSPACE.get(name, ())))
+                         name if name in PATCHES and PATCHES[name].build else "", frozenset(_WORKSPACE.get(name, ())),
+                         PATCHES[name].switch if name in PATCHES else "")
             for name in sorted(set(roles) | set(_REMEDIES) | set(PATCHES) | set(_WORKSPACE))}
 
 
@@ -231,9 +234,15 @@ PATCH_REMEDY = ("or replace only this op: `opbisect verify <script> --patch <rep
                 "patch against the switch, `opbisect.deterministic(step_or_model, <the CSV>)` applies it")
 
 
+def switch_remedy(switch: str) -> str:
+    return (f"or only its family: {switch}=1 in the environment before TensorFlow starts (`opbisect verify <script> "
+            f"--patch <report>/sources.csv` measures it against the global switch)")
+
+
 def remedy(op_type: str, kind: str) -> str:
     """What to do about a source of this type and kind."""
     if kind in KIND_REMEDIES:
         return KIND_REMEDIES[kind]
     t = info(op_type)
-    return f"{t.remedy}; {PATCH_REMEDY}" if t.patch and t.remedy else t.remedy or (PATCH_REMEDY if t.patch else "")
+    fix = PATCH_REMEDY if t.patch else switch_remedy(t.switch) if t.switch else ""
+    return "; ".join(p for p in (t.remedy, fix) if p)

@@ -12,6 +12,7 @@ deterministic, the patch names it: `opbisect verify` measures it as a variant of
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 
 SEGMENT_SWITCH = "TF_USE_DETERMINISTIC_SEGMENT_REDUCTIONS"
@@ -53,6 +54,17 @@ def register(*op_types: str, how: str, switch: str = "", exact: bool = False):
             PATCHES[t] = Patch(t, build, how, switch, exact)
         return build
     return wrap
+
+
+def switch_on(switch: str) -> bool:
+    """Whether this process's environment sets `switch`, as TensorFlow reads it (ReadBoolFromEnvVar: "1" or
+    "true", any case). TensorFlow reads it once, when the op first runs, so it must be set before that."""
+    return bool(switch) and os.environ.get(switch, "").strip().lower() in ("1", "true")
+
+
+def switches_on() -> list[str]:
+    """The family switches this process's environment sets."""
+    return [s for s in (SEGMENT_SWITCH, CUDNN_SWITCH) if switch_on(s)]
 
 
 def switch_only(op_types: tuple[str, ...], switch: str, how: str) -> None:

@@ -17,7 +17,7 @@ from .. import tfcompat
 from ..ir.ids import op_id
 from . import edit
 from .reductions import NotApplicable
-from .registry import PATCHES, PatchContext
+from .registry import PATCHES, PatchContext, switch_on
 
 
 @dataclasses.dataclass
@@ -69,8 +69,11 @@ def _patch_function(op, node, xla: bool):
 
     patch = PATCHES.get(op.type)
     if patch is None or patch.build is None:
-        why = f"only {patch.switch}=1 makes it deterministic" if patch else "no patch for this op type"
-        raise NotApplicable(why)
+        if patch is None:
+            raise NotApplicable("no patch for this op type")
+        if switch_on(patch.switch):
+            raise NotApplicable(f"no rewrite; {patch.switch}=1, set in this process, makes it deterministic")
+        raise NotApplicable(f"only {patch.switch}=1 makes it deterministic")
     on_cpu = "CPU" in node.device.upper() or not tf.config.list_logical_devices("GPU")
     ctx = PatchContext(op_type=op.type, attrs=_attrs(node), xla=xla, on_cpu=on_cpu)
     specs = [tf.TensorSpec(t.shape, t.dtype) for t in op.inputs]
