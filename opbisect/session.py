@@ -32,9 +32,11 @@ from .analysis.rank import rank
 from .analysis.sources import hidden_behind, in_process_rows, replica_count
 from .errors import CannotTest, TargetError, UsageError
 from .ir.ids import state_id
+from .patches.registry import switches_on
 from .record import store
 from .record.model import Facts, Finding, Meta, Record
 from .settings import TraceSettings
+from .words import listed
 
 
 def setup_tensorflow(device: str):
@@ -114,7 +116,8 @@ def run_trace(settings: TraceSettings, echo=print) -> int:
         else:
             record, files = experiment(settings)
         patches = ",".join(p for p in (settings.patch, str(folder.final / report.csv.FILENAME)) if p)
-        record.findings = hidden_behind(record.findings, record.sources, str(settings.script), patches)
+        record.findings = hidden_behind(record.findings, record.sources, str(settings.script), patches,
+                                        switches_on())
         written = report.write(record, folder, html=settings.html, extra=files)
     for line in report.text.lines(record, written):
         echo(line)
@@ -277,7 +280,7 @@ def _patched(settings: TraceSettings, target, trace) -> tuple:
         if op in first.g:
             for key in ("site", "library_site"):
                 trace.graph.attrs(op)[key] = first.attrs(op).get(key, "")
-    notes = [Finding("note", f"traced with {len(step.replaced)} op(s) patched ({', '.join(step.replaced)}): the "
+    notes = [Finding("note", f"traced with {len(step.replaced)} op(s) patched ({listed(step.replaced)}): the "
                              f"sources below are what the patched step still does")]
     notes += [Finding("warning", f"--patch left {op} as it is: {why}") for op, why in step.skipped.items()]
     if target.fit is not None:

@@ -250,6 +250,48 @@ def test_the_exit_code_and_the_recommendation_are_decided_from_the_variants():
     assert decide(variants) == "" and not Verification(**{**made.__dict__, "variants": variants}).fixed_by
 
 
+def test_a_variant_reproducible_only_while_its_convolutions_are_autotuned_is_recommended_last():
+    """ResNet50 and the conv net on the H200: the patched step under TF_CUDNN_DETERMINISTIC gave the same bits in
+    its process, but TensorFlow still picks the fastest deterministic cuDNN algorithm by timing in each process;
+    only op determinism (the global switch) takes the first that works."""
+    from opbisect.record.verification import Variant, Verification, decide
+    from opbisect.report.verify_view import frame
+
+    def v(name, distinct, ms, autotuned=True):
+        return Variant(name=name, how="", runs=5, distinct=distinct, step_ms=ms, autotuned=autotuned)
+
+    cudnn = f"{PATCHED} + TF_CUDNN_DETERMINISTIC=1"
+    variants = [v(PLAIN, 5, 1.0), v(PATCHED, 3, 0.9), v(GLOBAL, 1, 1.3, autotuned=False), v(cudnn, 1, 0.95)]
+    made = Verification(script="s.py", script_path="/s.py", device="GPU", patch="x.csv", runs=5, replaced=[],
+                        skipped={}, renamed={}, not_ops={}, plain_spread=0.0, variants=variants,
+                        recommendation=decide(variants))
+    assert made.recommendation == GLOBAL and made.in_one_process == [cudnn]
+    assert made.fixed_by == cudnn and made.exit_code == 0  # the exit code is still the patched step's
+    assert list(frame(made)["autotuned"]) == [True, True, False, True]
+    variants[2] = v(GLOBAL, 0, None, autotuned=False)  # the switch raised: the autotuned one is all there is
+    variants[2].error = "UnimplementedError"
+    assert decide(variants) == cudnn
+
+
+def test_only_a_gpu_step_with_convolutions_and_autotuning_on_is_autotuned(monkeypatch):
+    from types import SimpleNamespace
+
+    from opbisect.ir.graph import OpGraph
+    from opbisect.verify import _autotuned
+
+    def step(kind, *types):
+        graph = OpGraph()
+        for k, t in enumerate(types):
+            graph.add_op(f"op{k}", type=t)
+        return SimpleNamespace(kind=kind, trace=SimpleNamespace(graph=graph))
+
+    monkeypatch.delenv("TF_CUDNN_USE_AUTOTUNE", raising=False)
+    assert _autotuned(step("gpu", "MatMul", "Conv2DBackpropFilter"))
+    assert not _autotuned(step("gpu", "MatMul", "BiasAddGrad")) and not _autotuned(step("cpu", "Conv2D"))
+    monkeypatch.setenv("TF_CUDNN_USE_AUTOTUNE", "0")
+    assert not _autotuned(step("gpu", "Conv2D"))
+
+
 def test_the_record_says_which_variants_its_timings_cannot_tell_apart_from_the_recommended_one():
     from opbisect.record.verification import Variant, Verification, decide
 

@@ -18,6 +18,7 @@ import dataclasses
 from ..ir.optypes import KIND_REMEDIES
 from ..ir.unroll import unroll
 from ..record.model import CrossProcess, Finding, Record, Source, Trajectory
+from ..words import listed
 from .align import Alignment, align
 from .compare import compare
 from .sources import source_row
@@ -51,7 +52,7 @@ def _input_findings(records: list[Record]) -> list[Finding]:
     initial = [r.meta.initial_state for r in records]
     differing = sorted(k for k in initial[0] if any(s.get(k) != initial[0][k] for s in initial[1:] if k in s))
     if differing:
-        shown = ", ".join(differing[:4]) + (" ..." if len(differing) > 4 else "")
+        shown = listed(differing)
         found.append(Finding("warning", f"{len(differing)} variable(s) start with different values in different "
                                         f"processes ({shown}): an unseeded initializer; call "
                                         f"keras.utils.set_random_seed(...) before building the model"))

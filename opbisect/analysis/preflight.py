@@ -9,7 +9,9 @@ import sys
 
 from .. import tfcompat
 from ..ir import optypes
+from ..patches.registry import CUDNN_SWITCH, switch_on
 from ..record.model import Finding
+from ..words import listed
 
 _STATEFUL_IN_FUNCTIONS = (optypes.with_role(optypes.RANDOM) | optypes.with_role(optypes.PYTHON)
                           | optypes.with_role(optypes.RNG_STATE))
@@ -29,7 +31,7 @@ def unseeded_random_ops(graph) -> list[Finding]:
            and not graph.attrs(op).get("seed") and not graph.attrs(op).get("seed2")]
     if not ops:
         return []
-    shown = ", ".join(ops[:4]) + (" ..." if len(ops) > 4 else "")
+    shown = listed(ops)
     return [Finding("warning", f"{len(ops)} stateful random op(s) without a seed ({shown}): they draw differently "
                                f"in every process; call keras.utils.set_random_seed(...) (or tf.random.set_seed) "
                                f"first, or use tf.random.stateless_* with an explicit seed")]
@@ -74,6 +76,11 @@ def dataset_findings(dataset) -> list[Finding]:
     return found
 
 
+def autotuned(env: dict) -> bool:
+    """Whether cuDNN autotuning is on in an environment (TF_CUDNN_USE_AUTOTUNE, on by default)."""
+    return env.get("TF_CUDNN_USE_AUTOTUNE", "1").strip().lower() not in ("0", "false")
+
+
 def environment_findings(graph, xla: bool = False) -> list[Finding]:
     """The environment the step ran in; `xla`: it compiles with XLA, so XLA_FLAGS too (opbisect adds its own, see
     tfcompat.parallel_xla_compilation)."""
@@ -91,11 +98,14 @@ def environment_findings(graph, xla: bool = False) -> list[Finding]:
                              f"{described}; inter/intra-op threads {threads[0] or 'default'}/"
                              f"{threads[1] or 'default'}")]
     convs = [op for op in graph.ops if optypes.has(graph.op_type(op), optypes.CONVOLUTION)]
-    if gpu and convs and not tfcompat.op_determinism_enabled() and env.get("TF_CUDNN_USE_AUTOTUNE", "1") not in ("0",
-                                                                                                        "false"):
+    if gpu and convs and autotuned(env) and not tfcompat.op_determinism_enabled():
+        # TF's autotuner takes the first working algorithm only under op determinism; TF_CUDNN_DETERMINISTIC drops
+        # the nondeterministic ones and still picks the fastest of the rest (gpu_utils.cc, BestCudnnConvAlgorithm)
+        among = " deterministic" if switch_on(CUDNN_SWITCH) else ""
         found.append(Finding("warning", f"cuDNN autotuning is on for {len(convs)} convolution op(s): each process "
-                                        f"may pick other algorithms (runs in one process cannot see it: use "
-                                        f"--processes); enable_op_determinism() picks deterministic ones"))
+                                        f"picks the fastest of the{among} algorithms it times, so another process "
+                                        f"may pick others (runs in one process cannot see it: use --processes); "
+                                        f"enable_op_determinism() takes the first deterministic one that works"))
     return found
 
 
@@ -107,7 +117,7 @@ def distribute_findings(graph) -> list[Finding]:
     draws = [op for op in graph.ops if optypes.has(graph.op_type(op), optypes.RNG_STATE)
              and replica_of(graph, op) is not None]
     if draws:
-        shown = ", ".join(draws[:4]) + (" ..." if len(draws) > 4 else "")
+        shown = listed(draws)
         found.append(Finding("warning", f"{len(draws)} draw(s) from a tf.random.Generator inside the replicas "
                                         f"({shown}): a generator made under a strategy gives every replica its own "
                                         f"stream, so the numbers (and the training) change with the number of "

@@ -18,6 +18,7 @@ import networkx as nx
 
 from ..errors import GraphCheckError
 from ..record.model import Finding
+from ..words import listed
 from . import optypes
 from .ids import TensorRef
 
@@ -227,7 +228,7 @@ class OpGraph:
         unrestorable = sorted({op for op in self.g.nodes if any(v == OPAQUE_STATE for _, v in self.resources(op))
                                and self.attrs(op).get("stateful") and not optypes.has(self.op_type(op), optypes.INPUT)})
         if unrestorable:
-            shown = ", ".join(unrestorable[:5]) + (" ..." if len(unrestorable) > 5 else "")
+            shown = listed(unrestorable, 5)
             findings.append(Finding("warning", f"{len(unrestorable)} ops use state opbisect cannot restore between "
                                                f"runs (not a tf.Variable): {shown}; if they differ they show as "
                                                f"kind 'state': keep such state in tf.Variables"))

@@ -4,7 +4,11 @@ Variants: `plain` (the step as written), `patched` (the report's sources replace
 switch` (enable_op_determinism, in a child process since it is process-wide), and each TensorFlow family switch
 that applies to the sources (an environment variable, in a child process); and the plain step on the CPU, the
 numerical reference (in a child process). The recommendation, the cheapest
-variant whose runs all gave the same bits, is decided once (`decide`) and stored.
+variant whose runs all gave the same bits, is decided once (`decide`) and stored. A variant whose convolutions'
+cuDNN algorithms are autotuned (`autotuned`) gave the same bits within its own process only: TensorFlow picks the
+fastest algorithm it times in each process, of the deterministic ones under TF_CUDNN_DETERMINISTIC, and takes the
+first that works only under op determinism, so another process may pick others. Such a variant is recommended
+only where no variant without autotuning was reproducible.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import dataclasses
 
 from ..errors import EXIT_CLEAN, EXIT_FOUND
 
-VERIFY_VERSION = 2  # 2: each variant's timed steps and its ratio's interval
+VERIFY_VERSION = 3  # 2: each variant's timed steps and its ratio's interval; 3: `autotuned`
 PLAIN, PATCHED, GLOBAL, CPU_REFERENCE = "plain", "patched", "global switch", "cpu reference"
 
 
@@ -36,6 +40,7 @@ class Variant:
     reference: bool = False  # the CPU reference itself: a yardstick, never recommended
     comparable: bool = True  # False: started from other values (another process, unseeded inputs)
     error: str = ""  # why it did not run (e.g. an op with no deterministic kernel raised under the switch)
+    autotuned: bool = False  # its GPU convolutions' algorithms are picked by timing in each process
 
     @property
     def reproducible(self) -> bool:
@@ -80,7 +85,17 @@ class Verification:
         if best is None or best.ratio_low is None:
             return []
         return [v.name for v in self.variants if v is not best and v.reproducible and not v.reference
+                and v.autotuned == best.autotuned
                 and v.ratio_low is not None and v.ratio_low <= best.ratio_high and best.ratio_low <= v.ratio_high]
+
+    @property
+    def in_one_process(self) -> list[str]:
+        """The bitwise reproducible variants passed over for the recommendation because their convolutions are
+        autotuned: reproducible in this process, not shown to be in another."""
+        best = self.variant(self.recommendation)
+        if best is None or best.autotuned:
+            return []
+        return [v.name for v in self.variants if v.reproducible and v.autotuned and not v.reference]
 
     @property
     def exit_code(self) -> int:
@@ -90,8 +105,9 @@ class Verification:
 
 
 def decide(variants: list[Variant]) -> str:
-    """The cheapest variant whose runs were bitwise identical; a variant without a time ranks last."""
+    """The cheapest variant whose runs were bitwise identical, among those whose convolutions are not autotuned if
+    any is; a variant without a time ranks last."""
     good = [v for v in variants if v.reproducible and not v.reference]
     if not good:
         return ""
-    return min(good, key=lambda v: (v.step_ms is None, v.step_ms or 0.0, v.name != PATCHED)).name
+    return min(good, key=lambda v: (v.autotuned, v.step_ms is None, v.step_ms or 0.0, v.name != PATCHED)).name

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..record.model import Record, Runs, Source
+from ..words import listed
 
 FILENAME = "summary.txt"
 
@@ -33,7 +34,7 @@ def verdict_line(runs: Runs, label: str) -> str:
     if d <= 1:
         return f"{label}: {n} runs, 1 result: deterministic"
     vary = runs.varying_variables()
-    shown = ", ".join(vary[:4]) + (" ..." if len(vary) > 4 else "")
+    shown = listed(vary)
     return f"{label}: {n} runs, {d} distinct results: NONDETERMINISTIC ({len(vary)} variables differ: {shown})" \
         if vary else f"{label}: {n} runs, {d} distinct results: NONDETERMINISTIC (outputs differ)"
 
@@ -62,7 +63,7 @@ def replica_lines(record: Record) -> list[str]:
     d = record.facts.replica_divergence
     if d is None:
         return []
-    shown = ", ".join(d.variables[:4]) + (" ..." if len(d.variables) > 4 else "")
+    shown = listed(d.variables)
     return [f"warning: replica divergence: after step {d.step} the replicas' copies of {len(d.variables)} mirrored "
             f"variable(s) disagree ({shown}), in {d.runs} of {record.default.runs} runs: an update ran differently, "
             f"or only, in some replicas (a write to one copy, or a per-replica value assigned without aggregation)"]

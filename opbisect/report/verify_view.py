@@ -13,12 +13,14 @@ import pandas as pd
 
 from ..record import store
 from ..record.verification import PATCHED, PLAIN, Verification
+from ..words import listed
 
 RECORD = "verification.json"
 CSV = "variants.csv"
 TEXT = "summary.txt"
 COLUMNS = ["variant", "reproducible", "distinct", "runs", "step_ms", "timed", "ratio", "ratio_low", "ratio_high",
-           "max_abs_diff", "max_ulp", "cpu_abs_diff", "cpu_ulp", "reference", "comparable", "error", "how"]
+           "max_abs_diff", "max_ulp", "cpu_abs_diff", "cpu_ulp", "reference", "comparable", "autotuned", "error",
+           "how"]
 
 
 def frame(v: Verification) -> pd.DataFrame:
@@ -39,6 +41,8 @@ def _row(x) -> str:
     if x.error:
         return f"  {x.name:<44} raised: {x.error}"
     same = "bitwise reproducible" if x.reproducible else f"{x.distinct} distinct results"
+    if x.autotuned:
+        same += " (convolutions autotuned)"
     agree = "" if x.max_abs_diff is None else f", max |diff| vs plain {x.max_abs_diff:.3g} ({x.max_ulp} ulp)"
     if x.cpu_abs_diff is not None:
         agree += f", vs the CPU {x.cpu_abs_diff:.3g} ({x.cpu_ulp} ulp)"
@@ -57,7 +61,7 @@ def _timing(v: Verification) -> str:
 
 def lines(v: Verification, written: Path | None = None) -> list[str]:
     out = [f"opbisect verify {v.script} --patch {v.patch}: {v.runs} runs of each variant on {v.device}"]
-    out.append(f"replaced {len(v.replaced)} op(s): {', '.join(v.replaced) or 'none'}")
+    out.append(f"replaced {len(v.replaced)} op(s): {listed(v.replaced) or 'none'}")
     for named, op in v.renamed.items():
         out.append(f"matched by structure: {named} is {op} here (scopes renumbered)")
     for op, why in v.skipped.items():
@@ -80,6 +84,13 @@ def lines(v: Verification, written: Path | None = None) -> list[str]:
         if v.untold:
             out.append(f"  these timings do not tell it apart from: {', '.join(v.untold)} (their 95% intervals "
                        f"overlap; more --timing-runs narrow them)")
+        if v.in_one_process:
+            out.append(f"  passed over: {', '.join(v.in_one_process)}: the same bits in this process, but cuDNN "
+                       f"autotuning picks their convolutions' algorithms by timing in each process, so another "
+                       f"process may pick others (only op determinism takes the first that works)")
+    if v.recommendation and v.variant(v.recommendation).autotuned:
+        out.append("  its convolutions are autotuned: the same bits in this process; another process may pick other "
+                   "cuDNN algorithms (check with `opbisect trace --processes`)")
     else:
         out.append("recommendation: none: no variant was bitwise reproducible")
     if v.fixed_by:
