@@ -40,13 +40,15 @@ def main(argv: list[str]) -> int:
     settings = VerifySettings(script=args.script, patch=args.patch, device=args.device)
     with importable(args.script):
         step = _load(settings)
+        step.feed(1)
+        inputs = step.batches[0]
         calls = {"plain": step.trace.concrete,
                  "imported": PatchedStep(step.trace, Choice(spec="", ops=[], unmatched=[])),
                  "patched": PatchedStep(step.trace, choose(step.trace.graph, args.patch))}
         for call in calls.values():  # traced, compiled, autotuned
             step.snapshot.restore()
-            call(*step.args)
-        times = dict(zip(calls, time_steps(list(calls.values()), step.args, step.snapshot.restore, args.steps)))
+            call(*inputs)
+        times = dict(zip(calls, time_steps(list(calls.values()), inputs, step.snapshot.restore, args.steps)))
         print(f"{args.script.name} on {step.kind}, {args.steps} steps each, in turn, from one restored state:")
         for name, t in times.items():
             interval = ratio_interval(t, times["plain"]) if name != "plain" else None
@@ -54,7 +56,7 @@ def main(argv: list[str]) -> int:
             print(f"  {name:9s} median {1e3 * np.median(t):8.3f} ms  {ratio:.3f}x"
                   + (f" [{interval[0]:.3f}-{interval[1]:.3f}]" if interval else ""))
         for name, call in calls.items():
-            table = kernel_times(lambda call=call: call(*step.args), calls=args.profile_calls)
+            table = kernel_times(lambda call=call: call(*inputs), calls=args.profile_calls)
             print(f"profile {name}: {table['us_per_call'].sum():.1f} us of device time per call; the top kernels:")
             print(table.head(12).to_string(index=False))
     return 0

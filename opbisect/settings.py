@@ -184,6 +184,9 @@ class VerifySettings(Settings):
     runs: int = option(5, "runs of each variant from one state (default 5, at least 2)", minimum=2)
     timing_runs: int = option(20, "steps of each variant timed after its runs, each from the same state; the plain "
                                   "and patched steps alternate (default 20; 0: time the --runs only)", minimum=0)
+    steps: int = option(0, "consecutive steps per run, from the data's first batch (fit and batches() forms; default: "
+                           "through the step at which a --patch CSV's sources first differed, 1 without one)",
+                        minimum=0)
     out: Path = option(Path("reports"), "folder that receives <script>-verify/ (default reports/)")
     step_name: str = _step_name()
     inputs_name: str = _inputs_name()

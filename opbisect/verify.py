@@ -54,12 +54,31 @@ class _Step:
 
     target: object
     trace: object
-    args: tuple
     snapshot: object
     fingerprint: object
-    inputs: list[int]
+    values: object  # fingerprints of a list of tensors
     kind: str
     fingerprinter: str  # its --fingerprint key
+    batches: list = dataclasses.field(default_factory=list)  # the arguments of each step of one run (`feed`)
+    inputs: list = dataclasses.field(default_factory=list)  # their fingerprints, checked by the children
+
+    def feed(self, steps: int) -> None:
+        """Runs of `steps` consecutive steps from the data's first batch (fit_epochs' race fires in step 2 only)."""
+        import tensorflow as tf
+
+        from .execute.runner import Feeder
+
+        self.batches = list(Feeder(self.target, steps).run())
+        self.inputs = self.values([tf.convert_to_tensor(a) for a in tf.nest.flatten(self.batches)])
+
+    def run(self, call):
+        """One run of `call`: every batch in turn; the last step's outputs (the state is the whole run's)."""
+        def run():
+            outputs = None
+            for args in self.batches:
+                outputs = call(*args)
+            return outputs
+        return run
 
 
 def _load(settings: VerifySettings, starting: dict | None = None) -> _Step:
@@ -79,8 +98,7 @@ def _load(settings: VerifySettings, starting: dict | None = None) -> _Step:
     if settings.variant == "global":
         tf.config.experimental.enable_op_determinism()
     target = load_target(settings.script, settings.step_name, settings.inputs_name)
-    args = target.make_inputs()
-    trace = trace_step(target, args)
+    trace = trace_step(target, target.make_inputs())
     fp, _ = fps.for_trace(trace, kind, settings.fingerprint)
     restored = _restored_variables(trace, target)
     for key, value in (starting or {}).items():
@@ -92,23 +110,26 @@ def _load(settings: VerifySettings, starting: dict | None = None) -> _Step:
     def fingerprint(outputs) -> tuple:
         return tuple(values(tf.nest.flatten(outputs, expand_composites=True))), tuple(sorted(state().items()))
 
-    inputs = values([tf.convert_to_tensor(a) for a in tf.nest.flatten(args)])
-    return _Step(target, trace, args, Snapshot(restored), fingerprint, inputs, kind, fp.key)
+    return _Step(target, trace, Snapshot(restored), fingerprint, values, kind, fp.key)
 
 
 def _measure(step: _Step, call, runs: int):
+    """`runs` runs of `call` over the step's batches; times per step."""
     from .execute.variants import measure
 
-    return measure(call, step.args, step.snapshot.restore, step.fingerprint, step.trace.variables, runs)
+    m = measure(step.run(call), (), step.snapshot.restore, step.fingerprint, step.trace.variables, runs)
+    m.times = [t / len(step.batches) for t in m.times]
+    return m
 
 
 def _time(step: _Step, measured: list, calls: list, steps: int) -> None:
-    """More timed steps of each call that ran, in turn (`--timing-runs`), into its Measured."""
+    """More timed runs of each call that ran, in turn (`--timing-runs`), into its Measured; times per step."""
     from .execute.variants import time_steps
 
     if steps and not any(m.error for m in measured):
-        for m, times in zip(measured, time_steps(calls, step.args, step.snapshot.restore, steps)):
-            m.timed = times
+        runs = [step.run(c) for c in calls]
+        for m, times in zip(measured, time_steps(runs, (), step.snapshot.restore, steps)):
+            m.timed = [t / len(step.batches) for t in times]
 
 
 def _variant(name: str, how: str, measured, plain=None, comparable: bool = True) -> Variant:
@@ -136,6 +157,8 @@ def experiment(settings: VerifySettings) -> Verification:
     with importable(settings.script):
         step = _load(settings)
         choice = choose(step.trace.graph, settings.patch)
+        settings = dataclasses.replace(settings, steps=settings.steps or choice.through_step)  # the children too
+        step.feed(settings.steps)
         patched = PatchedStep(step.trace, choice)
         plain = _measure(step, step.trace.concrete, settings.runs)
         if plain.error:
@@ -162,7 +185,7 @@ def experiment(settings: VerifySettings) -> Verification:
                         patch=settings.patch, runs=settings.runs, replaced=patched.replaced, skipped=patched.skipped,
                         renamed=choice.renamed,
                         not_ops=choice.not_ops, plain_spread=plain.spread, variants=variants,
-                        recommendation=decide(variants), timing_runs=settings.timing_runs)
+                        recommendation=decide(variants), timing_runs=settings.timing_runs, steps=settings.steps)
 
 
 def _autotuned(step: _Step) -> bool:
@@ -258,6 +281,7 @@ def _child(settings: VerifySettings) -> int:
     starting = {k: arrays[f"arr_{i}"] for i, k in enumerate(start["keys"])}
     with importable(settings.script):
         step = _load(settings, starting)
+        step.feed(settings.steps or 1)
         call = step.trace.concrete
         if settings.variant == "patched":
             from .patches.selection import choose

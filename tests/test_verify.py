@@ -132,6 +132,44 @@ def test_trace_with_patch_finds_the_source_the_patched_one_hid(tmp_path, monkeyp
     assert code == 0 and record["replaced"] == ["first", "second"]
 
 
+FROM_STEP_3 = """
+w = tf.Variable(tf.ones([4]), name="w")
+
+
+def jitter(x, on):  # varies in every run, from the step whose batch switches it on
+    return (x + on * np.random.random(x.shape)).astype(np.float32)
+
+
+def batches():
+    for k in range(4):
+        yield tf.ones([4]) * (k + 1), tf.constant(float(k >= 2))
+
+
+@tf.function
+def step(x, on):
+    w.assign_add(tf.numpy_function(jitter, [x, on], tf.float32, name="jitter"))
+    return tf.reduce_sum(w)
+
+
+inputs = next(batches())
+"""
+
+
+def test_verify_runs_through_the_step_where_the_csvs_sources_first_differed(tmp_path, monkeypatch):
+    """fit_epochs: the race fires on the second batch only, so a verify of the first step alone saw the plain step
+    reproducible and proved nothing."""
+    monkeypatch.setitem(PATCHES, "PyFunc", Patch("PyFunc", lambda ctx, x, on: [tf.identity(x)], "test only"))
+    monkeypatch.setitem(optypes.TABLE, "PyFunc", dataclasses.replace(optypes.info("PyFunc"), patch="PyFunc"))
+    script = write_script(tmp_path, "model_step", FROM_STEP_3)
+    first = trace(script, tmp_path / "first", steps=4, runs=3, replay=False)
+    assert first.sources == ["jitter"] and first.row("jitter")["first_step"] == 3
+    code, variants, record = verify(script, tmp_path, patch=str(first.csv_path), switches=False)
+    assert code == 0 and record["steps"] == 3
+    assert variants.loc[PLAIN, "distinct"] == 3 and variants.loc[PATCHED, "reproducible"]
+    code, variants, record = verify(script, tmp_path, patch=str(first.csv_path), switches=False, steps=1)
+    assert record["steps"] == 1 and variants.loc[PLAIN, "reproducible"]  # step 1 alone never varies
+
+
 def test_trace_with_patch_enters_a_patched_body_and_finds_nothing_left(tmp_path, constant_random):
     script = write_script(tmp_path, "model_step", NOISE_IN_COND_IN_WHILE)
     t = trace(script, tmp_path / "reports", runs=3, replay=False, patch="RandomUniform")

@@ -27,6 +27,7 @@ class Choice:
     unmatched: list[str]  # op ids named that the step does not have
     renamed: dict[str, str] = dataclasses.field(default_factory=dict)  # named -> the step's op, scopes renumbered
     not_ops: dict[str, str] = dataclasses.field(default_factory=dict)  # CSV sources no patch fixes -> their kind
+    through_step: int = 1  # the latest step (1-based) at which a CSV's source first differed
 
     def by_region(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -47,7 +48,7 @@ def _csv_path(spec: str) -> Path | None:
     return None
 
 
-def _read_csv(path: Path) -> tuple[list[str], dict[str, str]]:
+def _read_csv(path: Path) -> tuple[list[str], dict[str, str], int]:
     import pandas as pd
 
     try:
@@ -59,7 +60,8 @@ def _read_csv(path: Path) -> tuple[list[str], dict[str, str]]:
     fixable = [r.kind not in KIND_REMEDIES for r in rows.itertuples()]  # an op's or a write's own variation
     ops = [r.op_name for r, ok in zip(rows.itertuples(), fixable) if ok]
     others = {r.op_name: r.kind for r, ok in zip(rows.itertuples(), fixable) if not ok}
-    return ops, others
+    steps = pd.to_numeric(rows.get("first_step", pd.Series(dtype=str)), errors="coerce").dropna()
+    return ops, others, int(steps.max()) if len(steps) else 1
 
 
 def choose(graph, spec: str) -> Choice:
@@ -71,12 +73,14 @@ def choose(graph, spec: str) -> Choice:
     names: list[str] = []
     types: list[str] = []
     others: dict[str, str] = {}
+    through = 1
     for item in items:
         path = _csv_path(item)
         if path is not None:
-            ops, kinds = _read_csv(path)
+            ops, kinds, step = _read_csv(path)
             names += ops
             others.update(kinds)
+            through = max(through, step)
         elif item not in graph.g and item in PATCHES:
             types.append(item)
         else:
@@ -86,7 +90,7 @@ def choose(graph, spec: str) -> Choice:
     ops = [renamed.get(n, n) for n in names if n in graph.g or n in renamed]
     ops += [op for op in graph.g if graph.op_type(op) in types and op not in ops]
     return Choice(spec=spec, ops=ops, unmatched=[n for n in names if n not in graph.g and n not in renamed],
-                  renamed=renamed, not_ops=others)
+                  renamed=renamed, not_ops=others, through_step=through)
 
 
 def _loose(op: str) -> str:

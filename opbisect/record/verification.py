@@ -17,7 +17,7 @@ import dataclasses
 
 from ..errors import EXIT_CLEAN, EXIT_FOUND
 
-VERIFY_VERSION = 3  # 2: each variant's timed steps and its ratio's interval; 3: `autotuned`
+VERIFY_VERSION = 3  # 2: each variant's timed steps and its ratio's interval; 3: `autotuned`, `steps`
 PLAIN, PATCHED, GLOBAL, CPU_REFERENCE = "plain", "patched", "global switch", "cpu reference"
 
 
@@ -62,6 +62,7 @@ class Verification:
     variants: list[Variant]
     recommendation: str = ""  # the cheapest reproducible variant's name ("" when none is)
     timing_runs: int = 0  # steps of each variant timed after its runs (0: the runs were timed)
+    steps: int = 1  # consecutive steps per run, from the data's first batch (times are per step)
     version: int = VERIFY_VERSION
 
     def variant(self, name: str) -> Variant | None:

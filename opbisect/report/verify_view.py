@@ -55,12 +55,14 @@ def _timing(v: Verification) -> str:
     if not v.timing_runs:
         return "step times: the median of each variant's runs above; its ratio's 95% bootstrap interval"
     others = any(x.name not in (PLAIN, PATCHED) for x in v.variants)
-    return (f"step times: the median of {v.timing_runs} steps of each variant timed after its runs (plain and patched "
+    timed = f"{v.timing_runs} steps" if v.steps == 1 else f"{v.timing_runs} runs of {v.steps} steps (a step's share)"
+    return (f"step times: the median of {timed} of each variant timed after its runs (plain and patched "
             f"in turn{', the others in their own processes' if others else ''}); its ratio's 95% bootstrap interval")
 
 
 def lines(v: Verification, written: Path | None = None) -> list[str]:
-    out = [f"opbisect verify {v.script} --patch {v.patch}: {v.runs} runs of each variant on {v.device}"]
+    each = f" ({v.steps} consecutive steps each, from the data's first batch)" if v.steps > 1 else ""
+    out = [f"opbisect verify {v.script} --patch {v.patch}: {v.runs} runs of each variant{each} on {v.device}"]
     out.append(f"replaced {len(v.replaced)} op(s): {listed(v.replaced) or 'none'}")
     for named, op in v.renamed.items():
         out.append(f"matched by structure: {named} is {op} here (scopes renumbered)")
@@ -88,11 +90,11 @@ def lines(v: Verification, written: Path | None = None) -> list[str]:
             out.append(f"  passed over: {', '.join(v.in_one_process)}: the same bits in this process, but cuDNN "
                        f"autotuning picks their convolutions' algorithms by timing in each process, so another "
                        f"process may pick others (only op determinism takes the first that works)")
+    else:
+        out.append("recommendation: none: no variant was bitwise reproducible")
     if v.recommendation and v.variant(v.recommendation).autotuned:
         out.append("  its convolutions are autotuned: the same bits in this process; another process may pick other "
                    "cuDNN algorithms (check with `opbisect trace --processes`)")
-    else:
-        out.append("recommendation: none: no variant was bitwise reproducible")
     if v.fixed_by:
         out.append(f"the patched step is bitwise reproducible ({v.fixed_by}; exit {v.exit_code})")
     else:
