@@ -311,6 +311,20 @@ def test_a_variant_reproducible_only_while_its_convolutions_are_autotuned_is_rec
     assert decide(variants) == cudnn
 
 
+@pytest.mark.parametrize("plain, patched, named", [(1, 1, PLAIN), (3, 1, PATCHED), (3, 2, "")])
+def test_the_summary_gives_one_recommendation_the_records(plain, patched, named):
+    from opbisect.record.verification import Variant, Verification, decide
+    from opbisect.report.verify_view import lines
+
+    variants = [Variant(name=PLAIN, how="", runs=3, distinct=plain, step_ms=1.0),
+                Variant(name=PATCHED, how="", runs=3, distinct=patched, step_ms=1.1)]
+    made = Verification(script="s.py", script_path="/s.py", device="GPU", patch="x.csv", runs=3, replaced=[],
+                        skipped={}, renamed={}, not_ops={}, plain_spread=0.0, variants=variants,
+                        recommendation=decide(variants))
+    said = [line.split(":")[1].split(" (")[0].strip() for line in lines(made) if line.startswith("recommendation:")]
+    assert made.recommendation == named and said == [named or "none"]
+
+
 def test_only_a_gpu_step_with_convolutions_and_autotuning_on_is_autotuned(monkeypatch):
     from types import SimpleNamespace
 
