@@ -179,8 +179,9 @@ def experiment(settings: VerifySettings) -> Verification:
         reference = settings.cpu_reference == "on" or (settings.cpu_reference == "auto" and step.kind == "gpu")
         measured += _children(settings, step, plain, switches, needed, reference)
     variants = _against_reference([v for v, _ in measured], [m for _, m in measured])
+    tuned = _autotuned(step)
     for v in variants:
-        v.autotuned = v.name != GLOBAL and not v.reference and _autotuned(step)
+        v.autotuned = tuned and v.name != GLOBAL and not v.reference
     return Verification(script=str(settings.script), script_path=str(settings.script.resolve()), device=device,
                         patch=settings.patch, runs=settings.runs, replaced=patched.replaced, skipped=patched.skipped,
                         renamed=choice.renamed,

@@ -68,9 +68,9 @@ def _patch_function(op, node, xla: bool):
     import tensorflow as tf
 
     patch = PATCHES.get(op.type)
-    if patch is None or patch.build is None:
-        if patch is None:
-            raise NotApplicable("no patch for this op type")
+    if patch is None:
+        raise NotApplicable("no patch for this op type")
+    if patch.build is None:
         if switch_on(patch.switch):
             raise NotApplicable(f"no rewrite; {patch.switch}=1, set in this process, makes it deterministic")
         raise NotApplicable(f"only {patch.switch}=1 makes it deterministic")
