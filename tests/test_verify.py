@@ -536,3 +536,23 @@ def test_verify_compares_every_variant_with_the_step_on_the_cpu_and_never_recomm
     for name in (PATCHED, CPU_REFERENCE):
         low, ratio, high = variants.loc[name, ["ratio_low", "ratio", "ratio_high"]]
         assert 0 < low <= high and low - 0.01 <= ratio <= high + 0.01
+
+
+def test_an_op_only_a_family_switch_fixes_is_left_as_it_is_and_says_whether_the_switch_is_on(monkeypatch):
+    w = tf.Variable(tf.ones([2, 2, 1, 1]), name="w")
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            y = tf.reduce_sum(tf.nn.conv2d(x, w, 1, "VALID"))
+        return tape.gradient(y, w)
+
+    x = tf.ones([1, 4, 4, 1])
+    for value, on in (("0", False), ("1", True)):
+        monkeypatch.setenv("TF_CUDNN_DETERMINISTIC", value)
+        fixed = opbisect.deterministic(step, "Conv2DBackpropFilter")
+        with pytest.warns(UserWarning):
+            got = fixed(x)
+        [why] = fixed.skipped.values()
+        assert fixed.replaced == [] and ("set in this process" in why) is on
+        np.testing.assert_array_equal(got.numpy(), step(x).numpy())
