@@ -148,6 +148,7 @@ def _variant(name: str, how: str, measured, plain=None, comparable: bool = True)
 
 
 def experiment(settings: VerifySettings) -> Verification:
+    from .analysis.preflight import autotuned_convolutions
     from .patches import PATCHES
     from .patches.selection import choose
     from .patches.step import PatchedStep
@@ -179,7 +180,7 @@ def experiment(settings: VerifySettings) -> Verification:
         reference = settings.cpu_reference == "on" or (settings.cpu_reference == "auto" and step.kind == "gpu")
         measured += _children(settings, step, plain, switches, needed, reference)
     variants = _against_reference([v for v, _ in measured], [m for _, m in measured])
-    tuned = _autotuned(step)
+    tuned = bool(autotuned_convolutions(step.trace.graph, step.kind == "gpu"))
     for v in variants:
         v.autotuned = tuned and v.name != GLOBAL and not v.reference
     return Verification(script=str(settings.script), script_path=str(settings.script.resolve()), device=device,
@@ -187,19 +188,6 @@ def experiment(settings: VerifySettings) -> Verification:
                         renamed=choice.renamed,
                         not_ops=choice.not_ops, plain_spread=plain.spread, variants=variants,
                         recommendation=decide(variants), timing_runs=settings.timing_runs, steps=settings.steps)
-
-
-def _autotuned(step: _Step) -> bool:
-    """Whether the step's GPU convolutions get their cuDNN algorithms by timing in each process (what the
-    environment warning of `trace` says too): autotuning on and op determinism off, as in every variant but the
-    global switch's."""
-    from . import tfcompat
-    from .analysis.preflight import autotuned
-    from .ir import optypes
-
-    graph = step.trace.graph
-    return (step.kind == "gpu" and autotuned(dict(os.environ)) and not tfcompat.op_determinism_enabled()
-            and any(optypes.has(graph.op_type(op), optypes.CONVOLUTION) for op in graph.ops))
 
 
 def _against_reference(variants: list[Variant], measured: list) -> list[Variant]:

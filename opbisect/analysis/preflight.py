@@ -76,9 +76,15 @@ def dataset_findings(dataset) -> list[Finding]:
     return found
 
 
-def autotuned(env: dict) -> bool:
-    """Whether cuDNN autotuning is on in an environment (TF_CUDNN_USE_AUTOTUNE, on by default)."""
-    return env.get("TF_CUDNN_USE_AUTOTUNE", "1").strip().lower() not in ("0", "false")
+def autotuned_convolutions(graph, gpu: bool) -> list[str]:
+    """The step's convolutions whose cuDNN algorithms this process picks by timing: on a GPU, with autotuning on
+    (TF_CUDNN_USE_AUTOTUNE, on by default) and op determinism off. TF's autotuner takes the first working algorithm
+    only under op determinism; TF_CUDNN_DETERMINISTIC drops the nondeterministic ones and still picks the fastest of
+    the rest (gpu_utils.cc, BestCudnnConvAlgorithm), so another process may pick others."""
+    tuning = os.environ.get("TF_CUDNN_USE_AUTOTUNE", "1").strip().lower() not in ("0", "false")
+    if not (gpu and tuning) or tfcompat.op_determinism_enabled():
+        return []
+    return [op for op in graph.ops if optypes.has(graph.op_type(op), optypes.CONVOLUTION)]
 
 
 def environment_findings(graph, xla: bool = False) -> list[Finding]:
@@ -97,10 +103,8 @@ def environment_findings(graph, xla: bool = False) -> list[Finding]:
     found = [Finding("note", f"environment: op determinism {'on' if tfcompat.op_determinism_enabled() else 'off'}; "
                              f"{described}; inter/intra-op threads {threads[0] or 'default'}/"
                              f"{threads[1] or 'default'}")]
-    convs = [op for op in graph.ops if optypes.has(graph.op_type(op), optypes.CONVOLUTION)]
-    if gpu and convs and autotuned(env) and not tfcompat.op_determinism_enabled():
-        # TF's autotuner takes the first working algorithm only under op determinism; TF_CUDNN_DETERMINISTIC drops
-        # the nondeterministic ones and still picks the fastest of the rest (gpu_utils.cc, BestCudnnConvAlgorithm)
+    convs = autotuned_convolutions(graph, gpu)
+    if convs:
         among = " deterministic" if switch_on(CUDNN_SWITCH) else ""
         found.append(Finding("warning", f"cuDNN autotuning is on for {len(convs)} convolution op(s): each process "
                                         f"picks the fastest of the{among} algorithms it times, so another process "
