@@ -44,7 +44,7 @@ def sync_outputs(result) -> None:
 
 
 def setup(script: Path, device: str):
-    from opbisect.session import setup_tensorflow
+    from opbisect.execute.prepared import setup_tensorflow
     from opbisect.targets.loader import importable, load_target
     from opbisect.trace.trace import trace_step
 

@@ -52,7 +52,7 @@ def main() -> None:
     a = p.parse_args()
 
     from opbisect.capture import fingerprint
-    from opbisect.session import setup_tensorflow
+    from opbisect.execute.prepared import setup_tensorflow
 
     tf, kind = setup_tensorflow(a.device)
     fused = fingerprint.FusedFingerprinter(cuda=kind == "gpu")

@@ -65,7 +65,7 @@ import sys
 from pathlib import Path
 
 import tensorflow as tf
-from opbisect.session import setup_tensorflow
+from opbisect.execute.prepared import setup_tensorflow
 from opbisect.targets.loader import importable, load_target
 
 setup_tensorflow(sys.argv[2])

@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(args.script.resolve().parent))  # the example's own imports
 
-    from opbisect.session import setup_tensorflow
+    from opbisect.execute.prepared import setup_tensorflow
 
     tf, _ = setup_tensorflow(args.device)
     from opbisect.capture import fingerprint

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -30,56 +28,13 @@ from . import report, tfcompat
 from .analysis import facts, preflight
 from .analysis.rank import rank
 from .analysis.sources import hidden_behind, in_process_rows, replica_count
-from .errors import CannotTest, TargetError, UsageError
+from .errors import CannotTest
+from .execute.prepared import device_name, environment, prepare
 from .ir.ids import state_id
 from .patches.registry import switches_on
 from .record import store
-from .record.model import Facts, Finding, Meta, Record
+from .record.model import Facts, Meta, Record
 from .settings import TraceSettings
-from .words import listed
-
-
-def setup_tensorflow(device: str):
-    """Import TensorFlow and pick the device kind ('cpu' or 'gpu') before any op runs."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    tfcompat.parallel_xla_compilation(os.environ, tfcompat.installed_tensorflow())
-    try:
-        import tensorflow as tf
-    except ImportError as exc:
-        raise CannotTest(f"TensorFlow is not importable here ({exc}); pip install tensorflow") from None
-    gpus = tf.config.list_physical_devices("GPU")
-    if device == "gpu" and not gpus:
-        raise CannotTest("--device gpu, but TensorFlow sees no GPU")
-    if device == "cpu" and gpus:
-        try:
-            tf.config.set_visible_devices([], "GPU")
-        except RuntimeError:  # only from Python: the command line starts TensorFlow here, before any op
-            raise UsageError("device 'cpu' asked for in a process whose TensorFlow has already started on its GPU; "
-                             "run opbisect in a fresh process (the command line) or hide the GPU first "
-                             "(CUDA_VISIBLE_DEVICES=)") from None
-    return tf, ("gpu" if gpus and device != "cpu" else "cpu")
-
-
-def device_name(kind: str) -> str:
-    """The TensorFlow device a replay runs on: the step's own kind of device."""
-    return "/device:GPU:0" if kind == "gpu" else "/device:CPU:0"
-
-
-def environment(tf, kind: str) -> dict:
-    build = tf.sysconfig.get_build_info()
-    info = {"tf_version": tf.__version__, "python": platform.python_version(), "device": kind.upper(),
-            "cuda": build.get("cuda_version", ""), "cudnn": build.get("cudnn_version", ""), "gpu_name": "",
-            "keras_version": ""}
-    with contextlib.suppress(Exception):
-        import keras
-
-        info["keras_version"] = keras.__version__
-    if kind == "gpu":
-        details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
-        info["gpu_name"] = details.get("device_name", "")
-        info["device"] = f"GPU ({info['gpu_name']})"
-    info["op_determinism"] = tfcompat.op_determinism_enabled()
-    return info
 
 
 def result_tensors(trace) -> list[str]:
@@ -134,39 +89,27 @@ def experiment(settings: TraceSettings) -> tuple[Record, dict]:
 
 
 def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
-    from .capture import fingerprint
     from .capture import taps as capture
     from .execute.runner import Feeder, Runner, pinned_options
-    from .execute.snapshot import Snapshot
     from .execute.steps import analyse_steps
     from .execute.workers import Agreement
-    from .targets.loader import load_target
-    from .trace.trace import trace_step
 
     lap = Laps()
     agree = Agreement.of(settings)
-    tf, kind = setup_tensorflow(settings.device)
-    if settings.replica_limit:  # a rung of --replicas
-        tfcompat.limit_mirrored_strategies(settings.replica_limit)
-    lap("import TensorFlow")
-    target = load_target(settings.script, settings.step_name, settings.inputs_name)
-    lap("load the script")
+
+    def setup(tf):
+        if settings.replica_limit:  # a rung of --replicas
+            tfcompat.limit_mirrored_strategies(settings.replica_limit)
+
+    step = prepare(settings.script, settings.step_name, settings.inputs_name, settings.device, settings.fingerprint,
+                   settings.patch, setup, lap)
+    tf, kind, target, trace, fp = step.tf, step.kind, step.target, step.trace, step.fingerprinter
     if agree.count > 1 and target.fit is not None:
         raise CannotTest("--workers runs the step form and the model/data form; the fit form's model.fit is not "
                          "kept in step across workers yet")
-    trace = trace_step(target, target.make_inputs())
-    lap("trace")
-    target, trace, patched, notes = _patched(settings, target, trace)
-    findings = notes + trace.graph.check() + preflight.checks(trace, target)
+    findings = step.findings + trace.graph.check() + preflight.checks(trace, target)
     lap("check the graph")
-    fp, fp_note = fingerprint.for_trace(trace, kind, settings.fingerprint)
-    if fp_note:
-        findings.append(Finding("note", f"fingerprint: {fp.name}, because {fp_note}"))
-
-    state_fps = capture.make_state_fingerprinter(trace.variables, fp)
-    initial_state = state_fps()  # as the script created it: compared across processes
-    restored = _restored_variables(trace, target)
-    start = Snapshot(restored)
+    state_fps, restored, start = step.state_fps, step.restored, step.snapshot()
     taps, skipped = capture.tappable_tensors(trace)
     tapped = set(taps)
     results = [t for t in result_tensors(trace) if t in tapped or capture.fused_by_xla(trace, t)]
@@ -177,7 +120,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     feeder = Feeder(target, steps)
 
     with progress_display(settings.progress) as progress:
-        runner = Runner(trace, target, state_fps, capture.make_value_fingerprinter(fp), progress, lap)
+        runner = Runner(trace, target, state_fps, step.value_fps, progress, lap)
         inst = capture.build(trace, taps, fp)
         lap("build the instrumented step")
         runs, unsettled = settings.runs, ""
@@ -187,7 +130,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
             lap("plain passes (and model.fit)")
 
             def analyse(options, runs=runs, default_runs=default_runs):
-                done = analyse_steps(runner, trace, feeder, restored, start, inst, fp, runs,
+                done = analyse_steps(runner, trace, feeder, start, inst, fp, runs,
                                      settings.magnitude_runs or runs, options, results,
                                      default_runs.differing_batches(), settings.replay_runs if settings.replay else 0,
                                      device_name(kind), agree)
@@ -212,19 +155,22 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
             runs = settings.max_runs  # look harder: every pass again, from the same state, with more runs
     meta = Meta(script=str(settings.script), script_path=str(settings.script.resolve()), form=target.form,
                 runs=runs, steps=steps, metric_variables=metric_variables(target, trace),
-                looked_harder=unsettled if runs > settings.runs else "", timings=lap.laps, patched=patched,
+                looked_harder=unsettled if runs > settings.runs else "", timings=lap.laps, patched=step.patched,
                 mirrored=trace.mirrors, replicas=replica_count(trace.graph),
                 fingerprinter=fp.name, fingerprint=fp.key, jit_compile=bool(trace.jit_compile),
                 ops=len(trace.graph), variables=len(trace.variables), restored_variables=len(restored),
-                initial_state=initial_state, seconds=round(time.time() - started, 2), **environment(tf, kind))
+                initial_state=step.initial_state, seconds=round(time.time() - started, 2), **environment(tf, kind))
     plain = pinned_runs if pinned_runs is not None and choice.config == "pinned" else default_runs
     findings += facts.body_findings([a for a, _, _ in analysed], trace.graph.regions)
     record = Record(
         meta=meta, graph=trace.graph.to_json(), findings=findings, skipped=skipped, results=results,
         default=default_runs, pinned=pinned_runs, fit=fit_runs, analyses=[a for a, _, _ in analysed], sources=[],
+        seeded=step.restart.draws,
         facts=Facts(verdict=facts.verdict(default_runs, fit_runs, None), grappler=choice,
                     observer=facts.observer_effect(plain.at(1), analysed[0][0].instrumented),
-                    fit_replay=facts.fit_replay(fit_runs, default_runs, meta.metric_variables) if fit_runs else None,
+                    fit_replay=facts.fit_replay(fit_runs, default_runs,
+                                                meta.metric_variables + list(step.restart.variables))
+                    if fit_runs else None,
                     replica_divergence=facts.replica_divergence(default_runs, trace.mirrors)))
     per_step = [(a.step, c.sources, a.magnitudes, a.replays) for a, c, _ in analysed]
     record.sources = rank(in_process_rows(trace.graph, per_step, runs,
@@ -261,32 +207,6 @@ def _analysis_passes(analyse, pinned_pass, default_runs, pinned: dict | None, sp
     pinned_runs = pinned_pass() if pinned else None
     choice = facts.grappler_choice(default_runs, pinned_runs, xla)
     return analyse(pinned if choice.config == "pinned" else None), pinned_runs, choice
-
-
-def _patched(settings: TraceSettings, target, trace) -> tuple:
-    """`--patch`: the target and trace of the step with those ops replaced (their sites kept from the first
-    trace), the ops replaced, and notes; else all as they were."""
-    if not settings.patch:
-        return target, trace, [], []
-    from .patches.selection import choose
-    from .patches.step import PatchedStep
-    from .trace.trace import trace_step
-
-    step = PatchedStep(trace, choose(trace.graph, settings.patch), for_tracing=True)  # rewritten once
-    first = trace.graph
-    patched_target = dataclasses.replace(target, step=step.as_function(), fit=None)
-    trace = trace_step(patched_target, target.make_inputs())
-    for op in trace.graph.g:
-        if op in first.g:
-            for key in ("site", "library_site"):
-                trace.graph.attrs(op)[key] = first.attrs(op).get(key, "")
-    notes = [Finding("note", f"traced with {len(step.replaced)} op(s) patched ({listed(step.replaced)}): the "
-                             f"sources below are what the patched step still does")]
-    notes += [Finding("warning", f"--patch left {op} as it is: {why}") for op, why in step.skipped.items()]
-    if target.fit is not None:
-        notes.append(Finding("note", "with --patch, model.fit itself is not run: the patched train step is "
-                                     "analysed alone"))
-    return patched_target, trace, step.replaced, notes
 
 
 class Laps:
@@ -369,19 +289,8 @@ def metric_variables(target, trace) -> list[str]:
     model = getattr(target.fit, "model", None)
     if model is None:
         return []
-    handles = {id(v.value.handle if hasattr(v, "value") else v.handle) for m in model.metrics for v in m.variables}
+    handles = tfcompat.keras_variable_handles([v for m in model.metrics for v in m.variables])
     return sorted(k for k, v in trace.variables.items() if id(v.handle) in handles)
-
-
-def _restored_variables(trace, target) -> dict:
-    if target.variables is None:
-        return dict(trace.variables)
-    chosen = {id(v.handle) for v in target.variables}
-    used = {id(v.handle) for v in trace.variables.values()}
-    unknown = [v.name for v in target.variables if id(v.handle) not in used]
-    if unknown:
-        raise TargetError(f"`variables` lists {unknown[0]}, which the step does not use")
-    return {k: v for k, v in trace.variables.items() if id(v.handle) in chosen}
 
 
 def rerun_report(path: Path, out: Path | None = None, html: bool = False, echo=print) -> int:

@@ -13,6 +13,35 @@ def op_determinism_enabled() -> bool:
     return bool(is_op_determinism_enabled())
 
 
+def clear_kernel_cache() -> None:
+    """Drop every cached kernel (eager ops and instantiated functions), as tf.random.set_seed does: stateful kernels
+    (a seeded random op's generator) are built anew on their next run, and functions are instantiated (grappler
+    included) again."""
+    from tensorflow.python.eager import context
+
+    context.context().clear_kernel_cache()
+
+
+def global_seed():
+    """TensorFlow's global random seed in this process (None: unset, or TensorFlow not imported yet), set by
+    tf.random.set_seed or keras.utils.set_random_seed."""
+    import sys
+
+    if "tensorflow" not in sys.modules:
+        return None
+    from tensorflow.python.eager import context
+
+    return context.global_seed()
+
+
+def restore_global_seed(seed) -> None:
+    """Put TensorFlow's global seed back to `seed` (what `global_seed` gave), where it changed."""
+    if global_seed() != seed:
+        import tensorflow as tf
+
+        tf.random.set_seed(seed)
+
+
 def flat_call_args(concrete, args: tuple) -> list:
     """The arguments flattened the way a ConcreteFunction feeds its placeholders."""
     from tensorflow.python.eager.polymorphic_function import function_type_utils
@@ -50,9 +79,58 @@ def jit_compile(function) -> bool | None:
     return getattr(function, "_jit_compile", None)
 
 
+# Two Keras lines train TensorFlow models: Keras 3 (`keras`) and Keras 2 (`tf_keras`, which `tf.keras` is under
+# TF_USE_LEGACY_KERAS=1, and which Hugging Face's TF models use). Every difference between them opbisect meets is here.
+
+def keras_of(model):
+    """The Keras package a model (or layer, optimizer) belongs to: `keras` (Keras 3) or `tf_keras` (Keras 2)."""
+    import sys
+
+    legacy = sys.modules.get("tf_keras")
+    if legacy is not None and isinstance(model, (legacy.Model, legacy.layers.Layer)):
+        return legacy
+    import keras
+
+    return keras
+
+
+def is_legacy_keras(model) -> bool:
+    return keras_of(model).__name__ == "tf_keras"
+
+
 def build_keras_model(model, batch: tuple) -> None:
-    """Build every variable of a compiled Keras model (layers, optimizer slots, metrics), as fit does first."""
+    """Build every variable of a compiled Keras 3 model (layers, optimizer slots, metrics), as fit does first.
+    Keras 2 has no such build: fit makes its variables while tracing its train function (the caller does that)."""
+    if is_legacy_keras(model):
+        raise NotImplementedError("Keras 2 builds a model's variables while tracing its train step")
     model._symbolic_build(data_batch=batch)
+
+
+def keras_policies() -> list:
+    """(Keras package, its global dtype policy) of each Keras line imported in this process (a script may set
+    `mixed_float16`): what `restore_keras_policies` puts back."""
+    import sys
+
+    return [(k, k.mixed_precision.global_policy()) for k in (sys.modules.get("keras"), sys.modules.get("tf_keras"))
+            if k is not None and hasattr(k, "mixed_precision")]
+
+
+def restore_keras_policies(saved: list) -> None:
+    """Put back the policies `keras_policies` saved; a Keras line imported since gets its default (floatx)."""
+    import sys
+
+    kept = {k.__name__: policy for k, policy in saved}
+    for k in (sys.modules.get("keras"), sys.modules.get("tf_keras")):
+        if k is not None and hasattr(k, "mixed_precision"):
+            k.mixed_precision.set_global_policy(kept.get(k.__name__) or k.backend.floatx())
+
+
+def keras_variable_handles(variables) -> set:
+    """ids of the resource handles of Keras variables (a Keras 3 Variable wraps a tf.Variable as `.value`; Keras 2's
+    are tf.Variables, whose `value` is a method)."""
+    import tensorflow as tf
+
+    return {id(v.handle if isinstance(v, tf.Variable) else v.value.handle) for v in variables}
 
 
 def dataset_graph_def(dataset):
@@ -147,9 +225,13 @@ def keras_jit_compile(model) -> bool:
     return bool(getattr(model, "jit_compile", False))
 
 
-def reduce_per_replica(values, strategy):
+def reduce_per_replica(values, strategy, model):
     """What Keras' train function returns from a replicated train step: the per-replica values reduced as fit
-    reduces them (its "auto" reduction)."""
+    reduces them (its "auto" reduction in Keras 3, the first replica's in Keras 2)."""
+    if is_legacy_keras(model):
+        from tf_keras.src.engine.training import reduce_per_replica as legacy_reduce
+
+        return legacy_reduce(values, strategy, reduction="auto")
     from keras.src.backend.tensorflow.trainer import reduce_per_replica as keras_reduce
 
     return keras_reduce(values, strategy, reduction="auto")

@@ -82,35 +82,25 @@ class _Step:
 
 
 def _load(settings: VerifySettings, starting: dict | None = None) -> _Step:
-    from .capture import fingerprint as fps
-    from .capture import taps
-    from .execute.snapshot import Snapshot
-    from .session import _restored_variables, setup_tensorflow
-    from .targets.loader import load_target
-    from .trace.trace import trace_step
+    from .execute.prepared import prepare
 
-    tf, kind = setup_tensorflow(settings.device)
-    for gpu in tf.config.list_physical_devices("GPU"):  # the children share the GPU: take memory as needed
-        try:
-            tf.config.experimental.set_memory_growth(gpu, True)
-        except RuntimeError:  # this process started TensorFlow's GPU already (verify called in-process): as it is
-            break
-    if settings.variant == "global":
-        tf.config.experimental.enable_op_determinism()
-    target = load_target(settings.script, settings.step_name, settings.inputs_name)
-    trace = trace_step(target, target.make_inputs())
-    fp, _ = fps.for_trace(trace, kind, settings.fingerprint)
-    restored = _restored_variables(trace, target)
-    for key, value in (starting or {}).items():
-        if key in restored:
-            restored[key].assign(value)
-    state = taps.make_state_fingerprinter(trace.variables, fp)
-    values = taps.make_value_fingerprinter(fp)
+    def setup(tf):
+        for gpu in tf.config.list_physical_devices("GPU"):  # the children share the GPU: take memory as needed
+            try:
+                tf.config.experimental.set_memory_growth(gpu, True)
+            except RuntimeError:  # this process started TensorFlow's GPU already (verify called in-process): as it is
+                break
+        if settings.variant == "global":
+            tf.config.experimental.enable_op_determinism()
+
+    step = prepare(settings.script, settings.step_name, settings.inputs_name, settings.device, settings.fingerprint,
+                   setup=setup, starting=starting)
+    tf, values, state = step.tf, step.value_fps, step.state_fps
 
     def fingerprint(outputs) -> tuple:
         return tuple(values(tf.nest.flatten(outputs, expand_composites=True))), tuple(sorted(state().items()))
 
-    return _Step(target, trace, Snapshot(restored), fingerprint, values, kind, fp.key)
+    return _Step(step.target, step.trace, step.snapshot(), fingerprint, values, step.kind, step.fingerprinter.key)
 
 
 def _measure(step: _Step, call, runs: int):
@@ -149,10 +139,10 @@ def _variant(name: str, how: str, measured, plain=None, comparable: bool = True)
 
 def experiment(settings: VerifySettings) -> Verification:
     from .analysis.preflight import autotuned_convolutions
+    from .execute.prepared import environment
     from .patches import PATCHES
     from .patches.selection import choose
     from .patches.step import PatchedStep
-    from .session import environment
     from .targets.loader import importable
 
     with importable(settings.script):

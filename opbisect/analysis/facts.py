@@ -154,10 +154,11 @@ def observer_effect(plain: Runs, instrumented: InstrumentedRuns) -> ObserverEffe
     return ObserverEffect(effect=effect, plain_varies=plain_varies, instrumented_varies=inst_varies, **counts)
 
 
-def fit_replay(fit: Trajectory, replay: Trajectory, metric_variables: list[str]) -> FitReplay:
+def fit_replay(fit: Trajectory, replay: Trajectory, left_out: list[str]) -> FitReplay:
     """Compare model.fit's weights with the replay's, step by step, while both are deterministic (after that,
-    run 1 of each is one draw among many). Metric variables are left out: fit resets them every epoch."""
-    metrics = set(metric_variables)
+    run 1 of each is one draw among many). `left_out`: the metric variables (fit resets them every epoch) and the
+    restarted random ops' state variables (only the replay draws from them; fit's own kernels hold its place)."""
+    metrics = set(left_out)
     fit_ok = (fit.first_differing_step() or fit.steps + 1) - 1  # entries of fit's, then steps of the replay's
     replay_ok = (replay.first_differing_step() or replay.steps + 1) - 1
     entries = [j for j in range(1, fit_ok + 1) if fit.step_number(j) <= min(replay.steps, replay_ok)]

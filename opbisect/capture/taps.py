@@ -374,7 +374,25 @@ def _without_fed_placeholders(gd, placeholders: list[str]):
     out.versions.CopyFrom(gd.versions)
     out.library.CopyFrom(gd.library)
     out.node.extend(n for n in gd.node if n.name not in fed)
+    _colocated_with_kept(out, fed)
     return out, read
+
+
+def _colocated_with_kept(gd, gone: set) -> None:
+    """Drop colocation constraints (`_class: loc:@name`) on the nodes `gone`: the import refuses a node colocated
+    with a node it does not have (tf_keras's embedding lookup is colocated with its table's captured handle, whose
+    placeholder a feed replaces). The fed tensor sits where the handle does, so placement is unchanged."""
+    for node in gd.node:
+        if "_class" not in node.attr:
+            continue
+        kept = [c for c in node.attr["_class"].list.s if c.decode(errors="replace")[len("loc:@"):] not in gone]
+        if len(kept) == len(node.attr["_class"].list.s):
+            continue
+        if kept:
+            del node.attr["_class"].list.s[:]
+            node.attr["_class"].list.s.extend(kept)
+        else:
+            del node.attr["_class"]
 
 
 def graph_importer(graph_def, placeholders: list[str], wanted: list[str], scope: str) -> Callable[[dict], list]:
@@ -394,27 +412,30 @@ def graph_importer(graph_def, placeholders: list[str], wanted: list[str], scope:
     return run
 
 
-def step_importer(trace: Trace, graph_def, register: Callable, wanted: list[str], scope: str = SCOPE) -> Callable:
+def step_importer(trace: Trace, graph_def, register: Callable, wanted: list[str], scope: str = SCOPE,
+                  variables: dict | None = None) -> Callable:
     """A function of the step's flat arguments importing `graph_def` (the step's GraphDef, changed) and returning
     the tensors `wanted` (specs in it); `register(graph)` puts the functions it calls in the importing graph.
-    `scope` prefixes the imported names ("": the step's own names, for a step traced again).
+    `scope` prefixes the imported names ("": the step's own names, for a step traced again). `variables`
+    ({placeholder name: tf.Variable}): placeholders the change added, fed with those variables' handles.
 
     The captured values (variable handles above all) are captured again by closure, not passed as arguments:
     a concrete function's call costs about 24 us more per tensor argument (300 handles: 8.3 ms against 1.2 ms
     captured, on the 2-core CPU machine), which the plain step, whose captures are bound, does not pay."""
     import tensorflow as tf
 
-    placeholders = trace.arg_names + trace.capture_names
+    added = dict(variables or {})
+    placeholders = trace.arg_names + trace.capture_names + list(added)
     run = graph_importer(graph_def, placeholders, wanted, scope)
     captured = list(trace.concrete.captured_inputs)
-    variables = list(trace.variables.values())
+    used = list(trace.variables.values()) + list(added.values())
 
     def body(*feeds):
         graph = tf.compat.v1.get_default_graph()  # the FuncGraph being traced
         register(graph)
-        for v in variables:  # the function uses these variables (as the step did): its graph lists them
+        for v in used:  # the function uses these variables (as the step did): its graph lists them
             graph.watch_variable(v)
-        values = list(feeds) + [graph.capture(c) for c in captured]
+        values = list(feeds) + [graph.capture(c) for c in captured] + [graph.capture(v.handle) for v in added.values()]
         return run({f"{name}:0": t for name, t in zip(placeholders, values)})
 
     return body

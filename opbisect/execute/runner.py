@@ -111,8 +111,9 @@ class Runner:
 
     def fit(self, snapshot, plan, runs: int, label: str) -> Trajectory:
         """`model.fit` itself, from the snapshot, `runs` times: every variable after every batch."""
-        import keras
+        from ..tfcompat import keras_of
 
+        keras = keras_of(plan.model)
         state_fps = self.state_fps
         per_epoch = max(1, (self.target.steps_available or 0) // max(plan.epochs, 1))
 
@@ -138,6 +139,8 @@ class Runner:
         with self._task(label, runs) as advance:
             for _ in range(runs):
                 self.restore(snapshot)
+                if snapshot.restart is not None:
+                    snapshot.restart.before_fit()  # fit's own train function holds the seeded random ops as written
                 recorder = AfterEachBatch()
                 try:
                     plan.model.fit(plan.dataset, verbose=0, callbacks=[recorder, *plan.kwargs.get("callbacks", [])],

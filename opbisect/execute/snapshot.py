@@ -29,11 +29,15 @@ def _restorer(variables: list, values: list):
 
 
 class Snapshot:
-    """Holds a copy of every variable's value and writes them all back."""
+    """Holds a copy of every variable's value and writes them all back, then starts the step's seeded random ops
+    anew (`restart`, an execute.seeded.Restart: their state variables are among `variables`, the others need their
+    kernels cleared)."""
 
-    def __init__(self, variables: dict):
+    def __init__(self, variables: dict, restart=None):
         import tensorflow as tf
 
+        self.restart = restart
+        self.source = variables
         self.keys = sorted(variables)
         self.expected: dict[str, int] | None = None  # fingerprints once restored (set by the first restore)
         self.variables = [variables[k] for k in self.keys]
@@ -42,7 +46,16 @@ class Snapshot:
         # a variable may change shape: a traced restore serves the snapshots whose values have its shapes
         self._set = tuple((id(v), tuple(x.shape)) for v, x in zip(self.variables, self.saved))
 
+    def now(self) -> "Snapshot":
+        """A snapshot of the same variables as they are now, restarting the same ops."""
+        return Snapshot(self.source, self.restart)
+
     def restore(self) -> None:
+        if self.restart is not None:
+            self.restart.before_run()
+        self._write_back()
+
+    def _write_back(self) -> None:
         from ..capture.taps import UNOPTIMIZED
         from ..tfcompat import call_flat, grappler_options
 

@@ -24,7 +24,7 @@ from .snapshot import Snapshot
 from .workers import Agreement
 
 
-def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: Snapshot, inst, fingerprinter,
+def analyse_steps(runner: Runner, trace, feeder: Feeder, start: Snapshot, inst, fingerprinter,
                   runs: int, magnitude_runs: int, options, results: list[str], differing_batches: list[int] = (),
                   replay_runs: int = 0, device: str = "/device:CPU:0",
                   agree: Agreement | None = None) -> list[tuple[StepAnalysis, Comparison, dict]]:
@@ -89,7 +89,7 @@ def analyse_steps(runner: Runner, trace, feeder: Feeder, restored: dict, start: 
         if k < len(reference):  # advance the reference trajectory by one plain step
             runner.restore(snapshot)
             runner.call(args)
-            snapshot = Snapshot(restored)
+            snapshot = snapshot.now()
     return analyses
 
 

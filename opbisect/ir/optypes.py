@@ -15,6 +15,9 @@ Every rule that depends on an op's type reads this table (as JAX's rule tables a
 - remedy: one line on what to do when an op of this type is a source;
 - patch: the key of its deterministic replacement in the patch library (empty while there is none);
 - switch: TensorFlow's family switch that makes the type deterministic (an environment variable), where one exists;
+- generator: for a stateful random op, the tf.random.Generator op that draws the very same numbers from a state
+  variable (Philox, state [0, seed2, seed]: the kernel's own generator, which a fresh process starts there; checked
+  bit for bit on the CPU for every dtype by tests/test_seeded.py): what lets each run start the op's sequence anew;
 - workspace: the output ports whose bytes have no defined value (cuDNN's reserve space: scratch the forward op
   hands its gradient, allocated and not necessarily written in full). They are never compared: their bytes vary with
   whatever the memory held before (measured on an H200: CudnnRNNV3's reserve space differed in 1 of 5 runs of a
@@ -45,6 +48,7 @@ class OpType:
     patch: str = ""
     workspace: frozenset = frozenset()  # output ports
     switch: str = ""
+    generator: str = ""
 
 
 OPD = "tf.config.experimental.enable_op_determinism()"
@@ -142,6 +146,16 @@ _ROLES: dict[str, tuple[str, ...]] = {
 }
 
 
+# The tf.random.Generator op drawing what each stateful random op draws (see `generator` above). Their inputs are the
+# op's own after (state resource, algorithm); the attributes are renamed as _GENERATOR_ATTRS says.
+_GENERATORS: dict[str, str] = {
+    "RandomUniform": "StatefulUniform", "RandomStandardNormal": "StatefulStandardNormalV2",
+    "TruncatedNormal": "StatefulTruncatedNormal", "RandomUniformInt": "StatefulUniformInt",
+}
+GENERATOR_ATTRS = {"dtype": "dtype", "Tout": "dtype", "T": "shape_dtype"}  # the op's attribute -> the generator's
+PHILOX = 1  # the generator ops' algorithm number for Philox (tf.random.Algorithm.PHILOX)
+
+
 # Output ports of cuDNN scratch (see `workspace` above), by the OpDef's output names: CudnnRNN*: reserve_space (3),
 # host_reserved (4); FusedBatchNormV3 and its fused form: reserve_space_3 (5), cuDNN's batch-norm workspace (on a
 # CPU a scalar zero).
@@ -159,7 +173,7 @@ def _build() -> dict[str, OpType]:
             roles.setdefault(name, set()).add(role)
     return {name: OpType(name, frozenset(roles.get(name, ())), _REMEDIES.get(name, ""),
                          name if name in PATCHES and PATCHES[name].build else "", frozenset(_WORKSPACE.get(name, ())),
-                         PATCHES[name].switch if name in PATCHES else "")
+                         PATCHES[name].switch if name in PATCHES else "", _GENERATORS.get(name, ""))
             for name in sorted(set(roles) | set(_REMEDIES) | set(PATCHES) | set(_WORKSPACE))}
 
 
@@ -186,9 +200,12 @@ def with_role(role: str) -> frozenset:
 
 # Remedies by source kind, where the kind, not the op type, says what to do.
 KIND_REMEDIES: dict[str, str] = {
-    "random": "a stateful random op draws anew on every execution even with a seed: use tf.random.stateless_* "
-              "with an explicit seed, or a tf.random.Generator (or keras.random.SeedGenerator) restored with the "
-              "state",
+    "random": "a stateful random op without a seed (no global and no op seed) seeds itself from the OS, in every "
+              "process anew: call keras.utils.set_random_seed(...) (or tf.random.set_seed) first, or use "
+              "tf.random.stateless_* with an explicit seed, or a tf.random.Generator (or keras.random.SeedGenerator) "
+              "restored with the state",
+    "checkpoint": "draw from a tf.random.Generator saved in the checkpoint, or from tf.random.stateless_* ops whose "
+                  "seed is derived from the step number (Keras 3: keras.random.SeedGenerator)",
     "input": "the step's input differs between runs: make the input pipeline deterministic (tf.data "
              "deterministic=True, seeded shuffles) or feed the same batch",
     "state": "state read here differs before the step starts: restore it (list it in `variables`) or keep it in a "

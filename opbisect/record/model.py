@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from functools import cached_property
 
-RECORD_VERSION = 6
+RECORD_VERSION = 7
 
 
 @dataclasses.dataclass
@@ -21,6 +21,18 @@ class Finding:
 
     level: str
     message: str
+
+
+@dataclasses.dataclass
+class SeededDraw:
+    """A stateful random op with a seed: it draws the same sequence in every fresh process, so each run starts it
+    there (`restart`: how), and it is no source. A checkpoint does not hold where its sequence is: training resumed
+    from one draws from the sequence's start again."""
+
+    op_name: str
+    op_type: str
+    site: str  # where the user's code created it ("" where unknown)
+    restart: str  # "state variable" (drawn by its tf.random.Generator twin) or "kernel cache" (cleared every run)
 
 
 @dataclasses.dataclass
@@ -320,6 +332,7 @@ class Record:
     facts: Facts
     processes: CrossProcess | None = None
     ladder: Ladder | None = None  # --replicas: the rungs and what they show (this record is the full rung's)
+    seeded: list[SeededDraw] = dataclasses.field(default_factory=list)  # restarted every run; no checkpoint holds them
     version: int = RECORD_VERSION
 
     @cached_property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..ir.optypes import remedy
 from ..record.model import Record, Runs, Source
 from ..words import listed
 
@@ -118,6 +119,25 @@ def ladder_lines(record: Record) -> list[str]:
     return out
 
 
+def seeded_lines(record: Record) -> list[str]:
+    """The seeded stateful random ops: no sources (each run started them as a fresh process does), but their place in
+    the sequence is in no checkpoint: a finding outside the verdict."""
+    draws = record.seeded
+    if not draws:
+        return []
+    by_cache = [d.op_name for d in draws if d.restart == "kernel cache"]
+    out = [f"seeded random ops: {len(draws)} stateful random op(s) with a seed draw the same sequence in every fresh "
+           f"process; each run started them there, so they are no sources"
+           + (f" ({len(by_cache)} by clearing TensorFlow's kernel cache before every run: {listed(by_cache)})"
+              if by_cache else ""),
+           f"checkpoint: their place in that sequence is in no checkpoint: training resumed from one draws from the "
+           f"sequence's start again; {remedy('', 'checkpoint')}"]
+    out += [f"  {d.op_name} ({d.op_type})" + (f" at {d.site}" if d.site else "") for d in draws[:8]]
+    if len(draws) > 8:
+        out.append(f"  ... and {len(draws) - 8} more (report.json)")
+    return out
+
+
 def source_lines(record: Record, s: Source) -> list[str]:
     where = f"step {s.first_step}, " if record.steps > 1 else ""
     across = s.seen_across == "processes"
@@ -186,7 +206,7 @@ def lines(record: Record, folder: Path | None = None) -> list[str]:
                f"{f' ({differing} over all {len(record.analyses)} steps)' if len(record.analyses) > 1 else ''}; "
                f"{observer_line(f.observer)}")
     out += [f"{x.level}: {x.message}" for x in record.findings]
-    out += process_lines(record) + ladder_lines(record)
+    out += seeded_lines(record) + process_lines(record) + ladder_lines(record)
     out += sources_lines(record)
     out += _verdict(record)
     if folder is not None:

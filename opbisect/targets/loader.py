@@ -107,30 +107,22 @@ def _module_name(path: Path) -> str:
 def importable(path: Path):
     """While opbisect works on the script: its folder is on sys.path (it may import its neighbours) and its module
     may sit in sys.modules (dataclasses, pickling and autograph look it up). Both are put back afterwards, and so
-    is Keras' global dtype policy (a script may set `mixed_float16`), so nothing of one script is left behind for
-    the next."""
+    are the Keras lines' global dtype policies (a script may set `mixed_float16`) and TensorFlow's global random
+    seed (which makes a later script's random ops seeded), so nothing of one script is left behind for the next."""
     name = _module_name(path)
     saved_path, saved_module = list(sys.path), sys.modules.get(name)
-    policy = _keras_policy()
+    policies, seed = tfcompat.keras_policies(), tfcompat.global_seed()
     sys.path.insert(0, str(Path(path).parent.resolve()))
     try:
         yield
     finally:
-        if "keras" in sys.modules:
-            import keras
-
-            keras.mixed_precision.set_global_policy(policy or keras.config.floatx())
+        tfcompat.restore_keras_policies(policies)
+        tfcompat.restore_global_seed(seed)
         sys.path[:] = saved_path
         if saved_module is None:
             sys.modules.pop(name, None)
         else:
             sys.modules[name] = saved_module
-
-
-def _keras_policy():
-    """Keras' global dtype policy, or None where Keras is not imported yet (then no script has set one)."""
-    keras = sys.modules.get("keras")
-    return keras.mixed_precision.global_policy() if keras is not None else None
 
 
 def load_module(path: Path):
@@ -217,8 +209,7 @@ def _keras_step(model, batch: tuple, path: Path):
     strategy = tfcompat.model_strategy(model)
     workers = tfcompat.workers_in(strategy)
     if workers > 1:
-        import keras
-
+        keras = tfcompat.keras_of(model)
         raise CannotTest(f"Keras {keras.__version__} cannot train `model` under MultiWorkerMirroredStrategy with "
                          f"{workers} workers: model.fit reduces a per-replica value eagerly before its first step, "
                          f"and its train function reduces each scalar metric along axis 0, both of which raise "
@@ -230,7 +221,7 @@ def _keras_step(model, batch: tuple, path: Path):
         if strategy is None:
             return model.train_step(data_batch)
         # as fit's train function runs it: the train step in every replica, the results reduced
-        return tfcompat.reduce_per_replica(strategy.run(model.train_step, args=(data_batch,)), strategy)
+        return tfcompat.reduce_per_replica(strategy.run(model.train_step, args=(data_batch,)), strategy, model)
 
     try:
         # Build every variable (layers, optimizer slots, compiled metrics) before tracing, as fit does, so the
@@ -238,11 +229,11 @@ def _keras_step(model, batch: tuple, path: Path):
         with strategy.scope() if strategy is not None else contextlib.nullcontext():
             tfcompat.build_keras_model(model, tuple(tf.nest.map_structure(_local, batch)))
     except Exception as exc:
-        # A model with its own train_step and no call() (a GAN) cannot be built symbolically; fit then builds
-        # it while tracing its train function. So does opbisect: one trace, which creates the variables with
-        # their initial values and runs nothing.
+        # A model with its own train_step and no call() (a GAN) cannot be built symbolically, and Keras 2 has no
+        # symbolic build: fit then builds the model while tracing its train function. So does opbisect: one
+        # trace, which creates the variables with their initial values and runs nothing.
         try:
-            tf.function(train_step, autograph=False).get_concrete_function(*batch)
+            tf.function(train_step, autograph=tfcompat.is_legacy_keras(model)).get_concrete_function(*batch)
         except Exception as step_exc:
             raise TargetError(f"{path}: building `model` on `data` raised {error_summary(exc)}; tracing its "
                               f"train_step, as fit builds such a model, raised {error_summary(step_exc)}",
@@ -270,8 +261,9 @@ def _keras_target(module, path: Path) -> tuple[Any, Callable[[], tuple]]:
     import tensorflow as tf
 
     data = module.data
-    if not isinstance(data, (tuple, list)) or len(data) not in (2, 3):
-        raise TargetError(f"{path}: `data` must be one batch as an (x, y) or (x, y, sample_weight) tuple")
+    if not isinstance(data, (tuple, list)) or len(data) not in (1, 2, 3):
+        raise TargetError(f"{path}: `data` must be one batch as an (x,), (x, y) or (x, y, sample_weight) tuple "
+                          f"((x,): a model whose train step takes its targets from x)")
     try:
         batch = tuple(tf.nest.map_structure(tf.convert_to_tensor, d) for d in data)  # x may be a dict or a list
     except (ValueError, TypeError) as exc:

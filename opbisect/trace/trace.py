@@ -278,6 +278,15 @@ def trace_step(target: Target, args: tuple) -> Trace:
                  jit_compile=jit, regions=scope.regions, mirrors=mirrored_keys(variables))
 
 
+def keep_sites(first, again) -> None:
+    """Give the ops of a step traced again from a GraphDef (`again`, an OpGraph: its ops have no creation frames)
+    the user and library sites they had in the first trace (`first`)."""
+    for op in again.g:
+        if op in first.g:
+            for key in ("site", "library_site"):
+                again.attrs(op)[key] = first.attrs(op).get(key, "")
+
+
 def mirrored_keys(variables: dict) -> list[list[str]]:
     """For each MirroredVariable the step uses, its copies' keys in replica order (replica 0 first). MirroredStrategy
     names replica k's copy `<name>/replica_k`; without such names there is nothing to look for."""

@@ -1,0 +1,159 @@
+"""The prepared step: built once, then run by every pass of `trace`, by `verify` and by their child processes.
+
+    prepare(...)
+      setup_tensorflow             TensorFlow imported, the device kind chosen (before any op runs)
+      load_target                  targets/loader.py
+      trace_step                   trace/trace.py
+      seeded.restarted             each seeded stateful random op started anew every run (execute/seeded.py)
+      patched                      `trace --patch`: the chosen ops replaced, the step traced again
+      fingerprint.for_trace        capture/fingerprint.py
+      restored, Snapshot           the state restored before every run (execute/snapshot.py)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import platform
+from collections.abc import Callable
+from typing import Any
+
+from .. import tfcompat
+from ..errors import CannotTest, TargetError, UsageError
+from ..record.model import Finding
+from ..words import listed
+
+
+@dataclasses.dataclass
+class Prepared:
+    tf: Any
+    kind: str  # "cpu" or "gpu"
+    target: Any  # targets.loader.Target (its step the restarted, and under --patch the patched, step)
+    trace: Any  # trace.trace.Trace of that step
+    restart: Any  # execute.seeded.Restart
+    fingerprinter: Any  # capture.fingerprint.Fingerprinter
+    restored: dict  # variable key -> variable: the state restored before every run
+    state_fps: Callable[[], dict]  # every variable's fingerprint now
+    value_fps: Callable[[list], list]  # fingerprints of a list of tensors
+    initial_state: dict  # every variable's fingerprint as the script created it
+    findings: list[Finding] = dataclasses.field(default_factory=list)  # what preparing it noted
+    patched: list[str] = dataclasses.field(default_factory=list)  # --patch: the ops replaced
+
+    def snapshot(self):
+        """The restored state as it is now, restored (and its random ops restarted) before each run."""
+        from .snapshot import Snapshot
+
+        return Snapshot(self.restored, self.restart)
+
+
+def prepare(script, step_name: str, inputs_name: str, device: str, fingerprint: str, patch: str = "",
+            setup: Callable[[Any], None] = lambda tf: None, lap: Callable[[str], None] = lambda stage: None,
+            starting: dict | None = None) -> Prepared:
+    """The step of `script`, ready to run. `setup(tf)` runs right after TensorFlow is imported (process-wide
+    switches); `starting` ({variable key: value}) overwrites the script's values (a child of verify)."""
+    from ..capture import fingerprint as fingerprints
+    from ..capture import taps
+    from ..targets.loader import load_target
+    from ..trace.trace import trace_step
+    from .seeded import restarted
+
+    tf, kind = setup_tensorflow(device)
+    setup(tf)
+    lap("import TensorFlow")
+    target = load_target(script, step_name, inputs_name)
+    lap("load the script")
+    trace = trace_step(target, target.make_inputs())
+    target, trace, restart = restarted(target, trace)
+    lap("trace")
+    target, trace, replaced, findings = patched(patch, target, trace)
+    fp, note = fingerprints.for_trace(trace, kind, fingerprint)
+    if note:
+        findings.append(Finding("note", f"fingerprint: {fp.name}, because {note}"))
+    state_fps = taps.make_state_fingerprinter(trace.variables, fp)
+    initial_state = state_fps()  # as the script created it: compared across processes
+    restored = restored_variables(trace, target, restart)
+    for key, value in (starting or {}).items():
+        if key in restored:
+            restored[key].assign(value)
+    return Prepared(tf=tf, kind=kind, target=target, trace=trace, restart=restart, fingerprinter=fp,
+                    restored=restored, state_fps=state_fps, value_fps=taps.make_value_fingerprinter(fp),
+                    initial_state=initial_state, findings=findings, patched=replaced)
+
+
+def setup_tensorflow(device: str):
+    """Import TensorFlow and pick the device kind ('cpu' or 'gpu') before any op runs."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tfcompat.parallel_xla_compilation(os.environ, tfcompat.installed_tensorflow())
+    try:
+        import tensorflow as tf
+    except ImportError as exc:
+        raise CannotTest(f"TensorFlow is not importable here ({exc}); pip install tensorflow") from None
+    gpus = tf.config.list_physical_devices("GPU")
+    if device == "gpu" and not gpus:
+        raise CannotTest("--device gpu, but TensorFlow sees no GPU")
+    if device == "cpu" and gpus:
+        try:
+            tf.config.set_visible_devices([], "GPU")
+        except RuntimeError:  # only from Python: the command line starts TensorFlow here, before any op
+            raise UsageError("device 'cpu' asked for in a process whose TensorFlow has already started on its GPU; "
+                             "run opbisect in a fresh process (the command line) or hide the GPU first "
+                             "(CUDA_VISIBLE_DEVICES=)") from None
+    return tf, ("gpu" if gpus and device != "cpu" else "cpu")
+
+
+def device_name(kind: str) -> str:
+    """The TensorFlow device a replay runs on: the step's own kind of device."""
+    return "/device:GPU:0" if kind == "gpu" else "/device:CPU:0"
+
+
+def environment(tf, kind: str) -> dict:
+    build = tf.sysconfig.get_build_info()
+    info = {"tf_version": tf.__version__, "python": platform.python_version(), "device": kind.upper(),
+            "cuda": build.get("cuda_version", ""), "cudnn": build.get("cudnn_version", ""), "gpu_name": "",
+            "keras_version": ""}
+    with contextlib.suppress(Exception):
+        import keras
+
+        info["keras_version"] = keras.__version__
+    if kind == "gpu":
+        details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
+        info["gpu_name"] = details.get("device_name", "")
+        info["device"] = f"GPU ({info['gpu_name']})"
+    info["op_determinism"] = tfcompat.op_determinism_enabled()
+    return info
+
+
+def restored_variables(trace, target, restart) -> dict:
+    """The variables restored before every run: the script's `variables` where it names them (else every variable
+    the step uses), and always the state of the restarted random ops."""
+    if target.variables is None:
+        return dict(trace.variables)
+    chosen = {id(v.handle) for v in target.variables} | {id(v.handle) for v in restart.variables.values()}
+    used = {id(v.handle) for v in trace.variables.values()}
+    unknown = [v.name for v in target.variables if id(v.handle) not in used]
+    if unknown:
+        raise TargetError(f"`variables` lists {unknown[0]}, which the step does not use")
+    return {k: v for k, v in trace.variables.items() if id(v.handle) in chosen}
+
+
+def patched(patch: str, target, trace) -> tuple:
+    """`--patch`: the target and trace of the step with those ops replaced (their sites kept from the first
+    trace), the ops replaced, and notes; else all as they were."""
+    if not patch:
+        return target, trace, [], []
+    from ..patches.selection import choose
+    from ..patches.step import PatchedStep
+    from ..trace.trace import keep_sites, trace_step
+
+    step = PatchedStep(trace, choose(trace.graph, patch), for_tracing=True)  # rewritten once
+    patched_target = dataclasses.replace(target, step=step.as_function(), fit=None)
+    again = trace_step(patched_target, target.make_inputs())
+    keep_sites(trace.graph, again.graph)
+    notes = [Finding("note", f"traced with {len(step.replaced)} op(s) patched ({listed(step.replaced)}): the "
+                             f"sources below are what the patched step still does")]
+    notes += [Finding("warning", f"--patch left {op} as it is: {why}") for op, why in step.skipped.items()]
+    if target.fit is not None:
+        notes.append(Finding("note", "with --patch, model.fit itself is not run: the patched train step is "
+                                     "analysed alone"))
+    return patched_target, again, step.replaced, notes

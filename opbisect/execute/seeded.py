@@ -1,0 +1,143 @@
+"""Seeded stateful random ops, started before every run where a fresh process starts them.
+
+A stateful random op with a seed (tf_keras Dropout's RandomUniform, tf.random.normal, tf.nn.dropout(seed=...)) draws
+a fixed sequence per kernel: a fresh process's first run draws its first numbers, a second run in the same process
+the next ones. Restoring the variables does not restart it, so without this every run would draw anew, the op would
+be named a source and every op after it would differ (masking the real sources behind a dropout). So each run starts
+each such op where a fresh process (or tf.random.set_seed) starts it:
+
+- an op with a tf.random.Generator twin (optypes' `generator`) at the step's top level becomes that twin, drawing
+  from a state variable opbisect makes, [0, seed2, seed]: the kernel's own Philox stream, the same numbers bit for
+  bit. The variable is restored with the rest of the state (and checked like it), at no cost per run;
+- any other (RandomShuffle, Multinomial, RandomGamma..., or one inside a loop or branch body): TensorFlow's kernel
+  cache is cleared before each run (as tf.random.set_seed does), which builds every kernel anew: exact, but each run
+  pays the functions' instantiation again (a small tf_keras step 7 -> 285 ms a run on the CPU).
+
+`model.fit` runs Keras's own train function, not the rewritten step: its kernel cache is cleared before each fit run.
+Unseeded ops (no global and no op seed: the kernel seeds itself from the OS) are left alone: they are sources.
+
+Under XLA, TensorFlow's compiled random ops ignore their seeds, while the twin draws from its state: there the
+rewritten step draws the kernel's stream, not what the compiled original would have drawn (the note says so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .. import tfcompat
+from ..ir import optypes
+from ..ir.ids import split_op_id
+from ..record.model import SeededDraw
+
+STATE_SCOPE = "opbisect_seed_state"  # the state variables' names and their placeholders in the GraphDef
+BY_STATE, BY_CACHE = "state variable", "kernel cache"
+
+
+@dataclasses.dataclass
+class Restart:
+    """How each seeded stateful random op of the step is started anew before every run."""
+
+    draws: list[SeededDraw] = dataclasses.field(default_factory=list)
+    variables: dict[str, Any] = dataclasses.field(default_factory=dict)  # variable key -> its state variable
+
+    @property
+    def by_cache(self) -> bool:
+        return any(d.restart == BY_CACHE for d in self.draws)
+
+    def before_run(self) -> None:
+        """Before a run of the (rewritten) step: clear the kernel cache where an op has no state variable."""
+        if self.by_cache:
+            tfcompat.clear_kernel_cache()
+
+    def before_fit(self) -> None:
+        """Before a run of model.fit, whose train function holds the original ops."""
+        if self.draws:
+            tfcompat.clear_kernel_cache()
+
+
+def seeded_ops(graph) -> list[str]:
+    """The stateful random ops with a global or op seed (trace records their seed attributes)."""
+    return [op for op in graph.ops if optypes.has(graph.op_type(op), optypes.RANDOM)
+            and (graph.attrs(op).get("seed") or graph.attrs(op).get("seed2"))]
+
+
+def restarted(target, trace):
+    """(target, trace, Restart): the step with each seeded stateful random op drawing from a state variable where it
+    can (traced again), and how every seeded op is started before each run. Without seeded ops, all as they were."""
+    graph = trace.graph
+    ops = seeded_ops(graph)
+    twins = [op for op in ops if not split_op_id(op)[0] and optypes.info(graph.op_type(op)).generator]
+    draws = [SeededDraw(op, graph.op_type(op), graph.attrs(op).get("site") or graph.attrs(op).get("library_site", ""),
+                        BY_STATE if op in twins else BY_CACHE) for op in ops]
+    if not twins:
+        return target, trace, Restart(draws)
+    step, variables = _rewritten_step(trace, twins)
+    retarget = dataclasses.replace(target, step=step)
+    from ..trace.trace import keep_sites, trace_step
+
+    again = trace_step(retarget, target.make_inputs())
+    keep_sites(trace.graph, again.graph)
+    keys = {id(v.handle): k for k, v in again.variables.items()}
+    return retarget, again, Restart(draws, {keys[id(v.handle)]: v for v in variables})
+
+
+def _rewritten_step(trace, ops: list[str]):
+    """A tf.function of the step's arguments: the step with `ops` replaced by their generator twins; the state
+    variables it reads."""
+    import tensorflow as tf
+
+    from ..capture.taps import step_importer
+    from ..patches.rewrite import rewrite
+
+    unchanged = rewrite(trace, {}, edit_bodies=False)  # the step's GraphDef, its functions registered on import
+    gd = unchanged.graph_def
+    nodes = {n.name: n for n in gd.node}
+    algorithm = _const(gd, f"{STATE_SCOPE}/algorithm", optypes.PHILOX)
+    fed = {}
+    for k, op in enumerate(ops):
+        node = nodes[op]
+        with tf.device(node.device or None), tf.init_scope():
+            state = tf.Variable([0, node.attr["seed2"].i, node.attr["seed"].i], dtype=tf.int64, trainable=False,
+                                name=f"{STATE_SCOPE}/{op}")
+        handle = f"{STATE_SCOPE}/{k}/handle"
+        placeholder = gd.node.add(name=handle, op="Placeholder")
+        placeholder.attr["dtype"].type = tf.resource.as_datatype_enum
+        _as_twin(node, handle, algorithm)
+        fed[handle] = state
+    body = step_importer(trace, unchanged.without_own_functions(gd), unchanged.register, list(trace.output_names),
+                         scope="", variables=fed)
+
+    def step(*args):
+        return tfcompat.pack_outputs(trace.concrete, body(*trace.flat_args(args)))
+
+    return tf.function(step, autograph=False, jit_compile=trace.jit_compile), list(fed.values())
+
+
+def _const(gd, name: str, value: int) -> str:
+    import tensorflow as tf
+
+    node = gd.node.add(name=name, op="Const")
+    node.attr["dtype"].type = tf.int64.as_datatype_enum
+    node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, tf.int64))
+    return name
+
+
+def _as_twin(node, handle: str, algorithm: str) -> None:
+    """Turn a stateful random op's NodeDef into its generator twin reading the state at `handle`: the same name,
+    device, data and control inputs (after the state and the algorithm), and output."""
+    twin = optypes.info(node.op).generator
+    from tensorflow.core.framework import attr_value_pb2
+
+    def copy(key):
+        return attr_value_pb2.AttrValue.FromString(node.attr[key].SerializeToString())
+
+    kept = {key: copy(key) for key in node.attr if key.startswith("_")}
+    renamed = {optypes.GENERATOR_ATTRS[key]: copy(key) for key in node.attr if key in optypes.GENERATOR_ATTRS}
+    inputs = list(node.input)
+    node.op = twin
+    node.ClearField("attr")
+    for key, value in {**kept, **renamed}.items():
+        node.attr[key].CopyFrom(value)
+    del node.input[:]
+    node.input.extend([handle, algorithm, *inputs])
