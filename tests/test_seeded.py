@@ -31,11 +31,18 @@ def _draw(op_type: str, dtype, shape, seed: int, seed2: int):
 
 
 def _twin(op_type: str, dtype, shape, state):
-    twin = getattr(tf.raw_ops, optypes.info(op_type).generator)
-    common = dict(resource=state.handle, algorithm=tf.constant(optypes.PHILOX, tf.int64), shape=shape)
-    if op_type == "RandomUniformInt":
-        return lambda: twin(**common, minval=tf.constant(-7, dtype), maxval=tf.constant(1000, dtype))
-    return lambda: twin(**common, dtype=dtype)
+    """What the rewritten step runs in the op's place: RngReadAndSkip, then the stateless op."""
+    stateless = getattr(tf.raw_ops, optypes.info(op_type).generator)
+    alg = tf.constant(optypes.PHILOX, tf.int32)
+
+    def draw():
+        at = tf.raw_ops.RngReadAndSkip(resource=state.handle, alg=alg, delta=tf.cast(tf.reduce_prod(shape), tf.uint64))
+        common = dict(shape=shape, key=tf.bitcast(at[2:], tf.uint64), counter=tf.bitcast(at[:2], tf.uint64), alg=alg)
+        if op_type == "RandomUniformInt":
+            return stateless(**common, minval=tf.constant(-7, dtype), maxval=tf.constant(1000, dtype))
+        return stateless(**common, dtype=dtype)
+
+    return draw
 
 
 @pytest.mark.parametrize("op_type,dtype", TWIN_CASES)

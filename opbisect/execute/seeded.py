@@ -6,9 +6,12 @@ the next ones. Restoring the variables does not restart it, so without this ever
 be named a source and every op after it would differ (masking the real sources behind a dropout). So each run starts
 each such op where a fresh process (or tf.random.set_seed) starts it:
 
-- an op with a tf.random.Generator twin (optypes' `generator`) at the step's top level becomes that twin, drawing
-  from a state variable opbisect makes, [0, seed2, seed]: the kernel's own Philox stream, the same numbers bit for
-  bit. The variable is restored with the rest of the state (and checked like it), at no cost per run;
+- an op with a stateless twin (optypes' `generator`) at the step's top level becomes what tf.random.Generator runs:
+  RngReadAndSkip reads the Philox key and counter from a state variable opbisect makes ([0, seed2, seed], where
+  the kernel starts in a fresh process) and moves it on by the op's reservation, and the stateless op draws from
+  them: the same numbers, bit for bit. The variable is restored with the rest of the state (and checked like it),
+  at no cost per run. (Not the Stateful* generator ops: on an H200 their GPU kernel, which moves the state from
+  inside the fill kernel, gave 2 distinct values in 5 runs in a GPT-2 step from an identical state.)
 - any other (RandomShuffle, Multinomial, RandomGamma..., or one inside a loop or branch body): TensorFlow's kernel
   cache is cleared before each run (as tf.random.set_seed does), which builds every kernel anew: exact, but each run
   pays the functions' instantiation again (a small tf_keras step 7 -> 285 ms a run on the CPU).
@@ -16,8 +19,8 @@ each such op where a fresh process (or tf.random.set_seed) starts it:
 `model.fit` runs Keras's own train function, not the rewritten step: its kernel cache is cleared before each fit run.
 Unseeded ops (no global and no op seed: the kernel seeds itself from the OS) are left alone: they are sources.
 
-Under XLA, TensorFlow's compiled random ops ignore their seeds, while the twin draws from its state: there the
-rewritten step draws the kernel's stream, not what the compiled original would have drawn (the note says so).
+Under XLA, TensorFlow's compiled stateful random ops ignore their seeds, while the twin draws from its state: there
+the rewritten step draws the kernel's stream, not what the compiled original would have drawn.
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ def _rewritten_step(trace, ops: list[str]):
     unchanged = rewrite(trace, {}, edit_bodies=False)  # the step's GraphDef, its functions registered on import
     gd = unchanged.graph_def
     nodes = {n.name: n for n in gd.node}
-    algorithm = _const(gd, f"{STATE_SCOPE}/algorithm", optypes.PHILOX)
+    consts = _Consts(gd)
     fed = {}
     for k, op in enumerate(ops):
         node = nodes[op]
@@ -103,7 +106,7 @@ def _rewritten_step(trace, ops: list[str]):
         handle = f"{STATE_SCOPE}/{k}/handle"
         placeholder = gd.node.add(name=handle, op="Placeholder")
         placeholder.attr["dtype"].type = tf.resource.as_datatype_enum
-        _as_twin(node, handle, algorithm)
+        _as_twin(gd, node, handle, consts)
         fed[handle] = state
     body = step_importer(trace, unchanged.without_own_functions(gd), unchanged.register, list(trace.output_names),
                          scope="", variables=fed)
@@ -114,30 +117,70 @@ def _rewritten_step(trace, ops: list[str]):
     return tf.function(step, autograph=False, jit_compile=trace.jit_compile), list(fed.values())
 
 
-def _const(gd, name: str, value: int) -> str:
-    import tensorflow as tf
+class _Consts:
+    """The constants the twins share, made once in the GraphDef."""
 
-    node = gd.node.add(name=name, op="Const")
-    node.attr["dtype"].type = tf.int64.as_datatype_enum
-    node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, tf.int64))
+    def __init__(self, gd):
+        self.gd, self.made = gd, {}
+
+    def __call__(self, name: str, value, dtype) -> str:
+        import tensorflow as tf
+
+        full = f"{STATE_SCOPE}/{name}"
+        if full not in self.made:
+            node = self.gd.node.add(name=full, op="Const")
+            node.attr["dtype"].type = dtype.as_datatype_enum
+            node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, dtype))
+            self.made[full] = node
+        return full
+
+
+def _add(gd, name: str, op: str, inputs: list[str], device: str, **types):
+    """A node of `op` with its type attributes (`types`: tf.DTypes; a bool for keep_dims)."""
+    node = gd.node.add(name=name, op=op, device=device)
+    node.input.extend(inputs)
+    for key, value in types.items():
+        if isinstance(value, bool):
+            node.attr[key].b = value
+        else:
+            node.attr[key].type = value.as_datatype_enum
     return name
 
 
-def _as_twin(node, handle: str, algorithm: str) -> None:
-    """Turn a stateful random op's NodeDef into its generator twin reading the state at `handle`: the same name,
-    device, data and control inputs (after the state and the algorithm), and output."""
-    twin = optypes.info(node.op).generator
+def _as_twin(gd, node, handle: str, const) -> None:
+    """Turn a stateful random op's NodeDef into its twin reading the state at `handle`: RngReadAndSkip moves the
+    state on by the op's element count (it skips 256 samples an element, as the op's kernel does) and gives the
+    key and counter it was at, and the stateless op under the node's own name draws from them. Inputs, control
+    inputs, device and output are the op's."""
+    import tensorflow as tf
     from tensorflow.core.framework import attr_value_pb2
+
+    scope, dev = f"{node.name}/{STATE_SCOPE}", node.device
+    data = [i for i in node.input if not i.startswith("^")]
+    controls = [i for i in node.input if i.startswith("^")]
+    shape_type = tf.as_dtype(node.attr["T"].type)
+    int64, uint64 = tf.int64, tf.uint64
+    count = _add(gd, f"{scope}/count", "Prod", [data[0], const("axis0", 0, tf.int32)], dev, T=shape_type,
+                 Tidx=tf.int32, keep_dims=False)
+    delta = _add(gd, f"{scope}/delta", "Cast", [count], dev, SrcT=shape_type, DstT=uint64)
+    state = _add(gd, f"{scope}/read_and_skip", "RngReadAndSkip",
+                 [handle, const("algorithm", optypes.PHILOX, tf.int32), delta, *controls], dev)
+    parts = {}
+    for part, begin, size in (("counter", 0, 2), ("key", 2, 1)):
+        sliced = _add(gd, f"{scope}/{part}_slice", "Slice", [state, const(f"begin{begin}", [begin], tf.int32),
+                                                             const(f"size{size}", [size], tf.int32)], dev,
+                      T=int64, Index=tf.int32)
+        parts[part] = _add(gd, f"{scope}/{part}", "Bitcast", [sliced], dev, T=int64, type=uint64)
 
     def copy(key):
         return attr_value_pb2.AttrValue.FromString(node.attr[key].SerializeToString())
 
-    kept = {key: copy(key) for key in node.attr if key.startswith("_")}
+    kept = {key: copy(key) for key in node.attr if key.startswith("_") and key != "_class"}
     renamed = {optypes.GENERATOR_ATTRS[key]: copy(key) for key in node.attr if key in optypes.GENERATOR_ATTRS}
-    inputs = list(node.input)
-    node.op = twin
+    node.op = optypes.info(node.op).generator
     node.ClearField("attr")
     for key, value in {**kept, **renamed}.items():
         node.attr[key].CopyFrom(value)
     del node.input[:]
-    node.input.extend([handle, algorithm, *inputs])
+    node.input.extend([data[0], parts["key"], parts["counter"], const("algorithm", optypes.PHILOX, tf.int32),
+                       *data[1:], *controls])

@@ -15,16 +15,10 @@ Every rule that depends on an op's type reads this table (as JAX's rule tables a
 - remedy: one line on what to do when an op of this type is a source;
 - patch: the key of its deterministic replacement in the patch library (empty while there is none);
 - switch: TensorFlow's family switch that makes the type deterministic (an environment variable), where one exists;
-- generator: for a stateful random op, the tf.random.Generator op that draws the very same numbers from a state
-  variable (Philox, state [0, seed2, seed]: the kernel's own generator, which a fresh process starts there; checked
-  bit for bit on the CPU for every dtype by tests/test_seeded.py): what lets each run start the op's sequence anew;
-- workspace: the output ports whose bytes have no defined value (cuDNN's reserve space: scratch the forward op
-  hands its gradient, allocated and not necessarily written in full). They are never compared: their bytes vary with
-  whatever the memory held before (measured on an H200: CudnnRNNV3's reserve space differed in 1 of 5 runs of a
-  Keras LSTM step while its other outputs were identical, and the step was bitwise reproducible with only its two
-  real sources patched), and an op that reads one is judged by its other inputs.
-A stateful op with a resource input that is not a READ is a write (conservative: scatters and RNG state
-updates read and write).
+- generator: for a stateful random op, the stateless op that draws the very same numbers from the key and counter
+  that RngReadAndSkip reads from a state variable and moves on (as tf.random.Generator draws: Philox, state
+  [0, seed2, seed] is where the op's kernel starts in a fresh process; checked bit for bit on the CPU for each op
+  type and dtype by tests/test_seeded.py): what lets each run start the op's sequence anew.
 
 Remedy sources: TensorFlow's enable_op_determinism docstring and release notes (2.7-2.9 added the
 deterministic GPU kernels), NVIDIA's framework-determinism notes, and what opbisect measured (README).
@@ -146,14 +140,14 @@ _ROLES: dict[str, tuple[str, ...]] = {
 }
 
 
-# The tf.random.Generator op drawing what each stateful random op draws (see `generator` above). Their inputs are the
-# op's own after (state resource, algorithm); the attributes are renamed as _GENERATOR_ATTRS says.
+# The stateless op drawing what each stateful random op draws (see `generator` above): the op's own inputs (shape,
+# then minval and maxval) after the key and counter and the algorithm; its attributes renamed as GENERATOR_ATTRS says.
 _GENERATORS: dict[str, str] = {
-    "RandomUniform": "StatefulUniform", "RandomStandardNormal": "StatefulStandardNormalV2",
-    "TruncatedNormal": "StatefulTruncatedNormal", "RandomUniformInt": "StatefulUniformInt",
+    "RandomUniform": "StatelessRandomUniformV2", "RandomStandardNormal": "StatelessRandomNormalV2",
+    "TruncatedNormal": "StatelessTruncatedNormalV2", "RandomUniformInt": "StatelessRandomUniformIntV2",
 }
-GENERATOR_ATTRS = {"dtype": "dtype", "Tout": "dtype", "T": "shape_dtype"}  # the op's attribute -> the generator's
-PHILOX = 1  # the generator ops' algorithm number for Philox (tf.random.Algorithm.PHILOX)
+GENERATOR_ATTRS = {"dtype": "dtype", "Tout": "dtype", "T": "Tshape"}  # the op's attribute -> the stateless op's
+PHILOX = 1  # the algorithm number for Philox (tf.random.Algorithm.PHILOX)
 
 
 # Output ports of cuDNN scratch (see `workspace` above), by the OpDef's output names: CudnnRNN*: reserve_space (3),
