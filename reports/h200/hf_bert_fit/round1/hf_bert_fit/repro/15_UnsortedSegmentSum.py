@@ -1,4 +1,4 @@
-"""Reproducer written by opbisect for Adam/UnsortedSegmentSum_1 (UnsortedSegmentSum): source #15 of examples/hf_bert_fit.py.
+"""Reproducer written by opbisect for Adam/UnsortedSegmentSum (UnsortedSegmentSum): source #15 of examples/hf_bert_fit.py.
 
 It runs the op alone 20 times on the inputs it had in the step (saved beside this file, 15_UnsortedSegmentSum.npz), on
 /device:GPU:0, and prints how many distinct results it gave: exit 1 if they differ, 0 if not.

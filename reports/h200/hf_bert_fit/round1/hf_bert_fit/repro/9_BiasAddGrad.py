@@ -1,4 +1,4 @@
-"""Reproducer written by opbisect for gradient_tape/tf_bert_for_sequence_classification/bert/encoder/layer_._1/output/dense/BiasAdd/BiasAddGrad (BiasAddGrad): source #9 of examples/hf_bert_fit.py.
+"""Reproducer written by opbisect for gradient_tape/tf_bert_for_sequence_classification/bert/encoder/layer_._1/intermediate/dense/BiasAdd/BiasAddGrad (BiasAddGrad): source #9 of examples/hf_bert_fit.py.
 
 It runs the op alone 20 times on the inputs it had in the step (saved beside this file, 9_BiasAddGrad.npz), on
 /device:GPU:0, and prints how many distinct results it gave: exit 1 if they differ, 0 if not.

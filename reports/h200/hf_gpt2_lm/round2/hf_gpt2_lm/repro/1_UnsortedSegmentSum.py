@@ -1,8 +1,8 @@
-"""Reproducer written by opbisect for Adam/UnsortedSegmentSum (UnsortedSegmentSum): source #16 of examples/hf_bert_fit.py.
+"""Reproducer written by opbisect for AddN_12/inputs_1 (UnsortedSegmentSum): source #1 of examples/hf_gpt2_lm.py.
 
-It runs the op alone 20 times on the inputs it had in the step (saved beside this file, 16_UnsortedSegmentSum.npz), on
+It runs the op alone 20 times on the inputs it had in the step (saved beside this file, 1_UnsortedSegmentSum.npz), on
 /device:GPU:0, and prints how many distinct results it gave: exit 1 if they differ, 0 if not.
-Needs only TensorFlow and NumPy:  python 16_UnsortedSegmentSum.py
+Needs only TensorFlow and NumPy:  python 1_UnsortedSegmentSum.py
 """
 import hashlib
 import sys
