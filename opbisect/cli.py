@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="opbisect", description="Find the ops that make a TensorFlow training step nondeterministic. "
                 "Exit codes: 0 deterministic (verify: the patched step is bitwise reproducible), 1 found, "
                 "125 cannot test this revision, 128 usage error, "
-                "129 report not written, 170 internal error.")
+                "129 report not written, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 170 internal error.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     TraceSettings.add_arguments(sub.add_parser("trace", help="run a step N times from one restored state and "
                                                               "name the source ops"))

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,13 +27,14 @@ from . import report, tfcompat
 from .analysis import facts, preflight
 from .analysis.rank import rank
 from .analysis.sources import hidden_behind, in_process_rows, replica_count
-from .errors import CannotTest
+from .errors import CannotTest, UsageError
 from .execute.prepared import device_name, environment, prepare
 from .ir.ids import state_id
 from .patches.registry import switches_on
 from .record import store
 from .record.model import Facts, Meta, Record
 from .settings import TraceSettings
+from .targets.loader import script_path
 
 
 def result_tensors(trace) -> list[str]:
@@ -60,10 +60,10 @@ def progress_display(enabled: bool):
 def run_trace(settings: TraceSettings, echo=print) -> int:
     """`opbisect trace`: the exit code is the verdict on the uninstrumented step (0 or 1)."""
     settings.validate()
-    folder = store.ReportFolder(settings.out, settings.script.stem, str(settings.script.resolve()))
+    folder = store.ReportFolder(settings.out, settings.script.stem, str(script_path(settings.script)))
     with folder.prepare():
         if settings.processes > 1:
-            record, files = across_processes(settings), {}
+            record, files = across_processes(settings)
         elif settings.workers > 1 and settings.agree_dir == Path():
             record, files = across_workers(settings), {}
         elif settings.replicas:
@@ -242,13 +242,15 @@ def reproducers(record: Record, inputs: dict, runs: int, kind: str) -> tuple[lis
     return sources, files
 
 
-def across_processes(settings: TraceSettings) -> Record:
-    """The experiment in fresh processes, merged into process 1's record with the cross-process facts."""
+def across_processes(settings: TraceSettings) -> tuple[Record, dict]:
+    """The experiment in fresh processes, merged into process 1's record with the cross-process facts; and process
+    1's reproducers, which the merged record's sources name."""
     from .analysis.crossproc import cross_process
     from .execute.processes import run_children
 
-    with tempfile.TemporaryDirectory(prefix="opbisect-processes-") as tmp:
+    with store.temporary("opbisect-processes-") as tmp:
         records, seeds = run_children(settings, Path(tmp), progress=lambda m: print(m, file=sys.stderr))
+        files = store.reproducers_of(Path(tmp) / "process1" / settings.script.stem)
     merged = records[0]
     info, found, rows = cross_process(records, seeds)
     verdict = facts.verdict(merged.default, merged.fit, info)
@@ -256,7 +258,7 @@ def across_processes(settings: TraceSettings) -> Record:
     return dataclasses.replace(
         merged, meta=dataclasses.replace(merged.meta, processes=settings.processes),
         findings=merged.findings + found, processes=info, sources=rank(merged.sources + rows),
-        facts=dataclasses.replace(merged.facts, verdict=verdict))
+        facts=dataclasses.replace(merged.facts, verdict=verdict)), files
 
 
 def across_workers(settings: TraceSettings) -> Record:
@@ -265,7 +267,7 @@ def across_workers(settings: TraceSettings) -> Record:
     from .analysis.workers import merge
     from .execute.workers import run_workers
 
-    with tempfile.TemporaryDirectory(prefix="opbisect-workers-") as tmp:
+    with store.temporary("opbisect-workers-") as tmp:
         return merge(run_workers(settings, Path(tmp), progress=lambda m: print(m, file=sys.stderr)))
 
 
@@ -275,7 +277,7 @@ def across_replicas(settings: TraceSettings) -> tuple[Record, dict]:
     from .analysis import ladder
     from .execute.ladder import describe, run_ladder
 
-    with tempfile.TemporaryDirectory(prefix="opbisect-replicas-") as tmp:
+    with store.temporary("opbisect-replicas-") as tmp:
         rungs = run_ladder(settings, Path(tmp), progress=lambda m: print(m, file=sys.stderr))
         full = max((r for r in rungs if not r.env), key=lambda r: (r.limit == 0, r.record.meta.replicas))
         files = store.reproducers_of(Path(tmp) / f"rung{rungs.index(full) + 1}" / settings.script.stem)
@@ -295,25 +297,25 @@ def metric_variables(target, trace) -> list[str]:
 
 def rerun_report(path: Path, out: Path | None = None, html: bool = False, echo=print) -> int:
     """`opbisect report`: re-make the views from a saved record, running nothing. The record is validated
-    before anything is written."""
+    before anything is written. The views go into the record's own report folder (whatever its name), or with
+    `--out` into `<out>/<script>/`, which must not hold another report."""
     path = Path(path)
     record = store.load(path)
-    if out is None:
-        out = _default_out(path)
-    if out is None:
+    own = store.report_folder_of(path)
+    if out is None and own is None:
         for line in report.text.lines(record, None):
             echo(line)
         echo(f"note: {path} is not a file in a report folder: nothing written (--out DIR writes the report)")
         return record.facts.verdict.exit_code
-    folder = store.ReportFolder(out, record.stem, record.meta.script_path)
+    out, stem = (own.absolute().parent, own.name) if out is None else (Path(out), record.stem)
+    target = Path(out) / stem
+    if target.exists() and (own is None or target.resolve() != own.resolve()):
+        where = f"in {own}" if own is not None else "where the record is"
+        raise UsageError(f"{target} holds another report, which `report` never replaces: pick another --out, or "
+                         f"leave --out out to re-make the views {where}")
+    folder = store.ReportFolder(out, stem, record.meta.script_path)
     with folder.prepare():
         written = report.write(record, folder, html=html, extra=store.reproducers_of(path))
     for line in report.text.lines(record, written):
         echo(line)
     return record.facts.verdict.exit_code
-
-
-def _default_out(path: Path) -> Path | None:
-    """Where a re-made report goes by default: the folder that holds the report folder."""
-    folder = store.report_folder_of(path)
-    return folder.resolve().parent if folder is not None else None

@@ -145,6 +145,9 @@ class TraceSettings(Settings):
         from .errors import UsageError
 
         super().validate()
+        if self.magnitude_runs == 1:
+            raise UsageError("--magnitude-runs must be at least 2 (a difference needs two runs), or 0 for as many as "
+                             "--runs (got 1)")
         if 0 < self.max_runs <= self.runs:
             raise UsageError(f"--max-runs must be more than --runs ({self.runs}), or 0 (got {self.max_runs})")
         if self.replicas:

@@ -20,12 +20,12 @@ import dataclasses
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from .errors import InternalError, TargetError
+from .errors import InternalError, TargetError, UsageError
+from .execute.variants import Measured
 from .record import store
 from .record.verification import CPU_REFERENCE, GLOBAL, PATCHED, PLAIN, Variant, Verification, decide
 from .settings import VerifySettings
@@ -39,7 +39,9 @@ def run_verify(settings: VerifySettings, echo=print) -> int:
     settings.validate()
     if settings.variant:
         return _child(settings)
-    folder = store.ReportFolder(settings.out, f"{settings.script.stem}-verify", str(settings.script.resolve()))
+    from .targets.loader import script_path
+
+    folder = store.ReportFolder(settings.out, f"{settings.script.stem}-verify", str(script_path(settings.script)))
     with folder.prepare():
         verification = experiment(settings)
         written = verify_view.write(verification, folder)
@@ -148,16 +150,25 @@ def experiment(settings: VerifySettings) -> Verification:
     with importable(settings.script):
         step = _load(settings)
         choice = choose(step.trace.graph, settings.patch)
+        if not choice.ops:
+            kinds = ", ".join(f"{op} ({kind})" for op, kind in list(choice.not_ops.items())[:3])
+            raise UsageError("--patch names no op of this step that a patch or a switch replaces"
+                             + (f": its sources are {kinds}, which the report's remedies fix instead" if kinds
+                                else ""))
         settings = dataclasses.replace(settings, steps=settings.steps or choice.through_step)  # the children too
         step.feed(settings.steps)
         patched = PatchedStep(step.trace, choice)
         plain = _measure(step, step.trace.concrete, settings.runs)
         if plain.error:
             raise TargetError(f"the step raised {plain.error}")
-        fixed = _measure(step, patched, settings.runs)
-        if fixed.error:
-            raise InternalError(f"the patched step failed where the plain step ran ({fixed.error})")
-        _time(step, [plain, fixed], [step.trace.concrete, patched], settings.timing_runs)
+        if patched.replaced:
+            fixed = _measure(step, patched, settings.runs)
+            if fixed.error:
+                raise InternalError(f"the patched step failed where the plain step ran ({fixed.error})")
+            _time(step, [plain, fixed], [step.trace.concrete, patched], settings.timing_runs)
+        else:  # nothing rewritten (the ops named have only a family switch): the plain step, not a variant
+            fixed = Measured(error="no op was replaced (the ops named have a family switch, no rewrite)")
+            _time(step, [plain], [step.trace.concrete], settings.timing_runs)
         import tensorflow as tf
 
         device = environment(tf, step.kind)["device"]
@@ -203,7 +214,7 @@ def _children(settings: VerifySettings, step: _Step, plain, switches: list[str],
         switches, needed = [], []
     if not (settings.switches or reference):
         return []
-    with tempfile.TemporaryDirectory(prefix="opbisect-verify-") as tmp:
+    with store.temporary("opbisect-verify-") as tmp:
         exchange = Path(tmp)
         keys = sorted(step.snapshot.keys)
         np.savez(exchange / "start.npz", *[np.asarray(v.numpy()) for v in step.snapshot.saved])

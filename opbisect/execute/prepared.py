@@ -16,6 +16,9 @@ import contextlib
 import dataclasses
 import os
 import platform
+import re
+import sys
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -81,15 +84,47 @@ def prepare(script, step_name: str, inputs_name: str, device: str, fingerprint: 
                     initial_state=initial_state, findings=findings, patched=replaced)
 
 
+# What TensorFlow writes to stderr on every start where TF_CPP_MIN_LOG_LEVEL hides its own logging (absl's lines,
+# and the CUDA probe of a CPU-only machine, escape it): dropped while it starts, every other line passed on.
+STARTUP_NOISE = re.compile(r"Could not find cuda drivers on your machine|failed call to cuInit|"
+                           r"All log messages before absl::InitializeLog\(\) is called|"
+                           r"oneDNN custom operations are on|This TensorFlow binary is optimized|"
+                           r"To enable the following instructions|rebuild TensorFlow with the appropriate compiler")
+
+
+@contextlib.contextmanager
+def _quiet_start():
+    """Stderr (the file descriptor: TensorFlow's C++ writes there) into a file while TensorFlow starts, then passed
+    on without STARTUP_NOISE; as it is where the user asked for TensorFlow's logging (TF_CPP_MIN_LOG_LEVEL 0)."""
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") in ("", "0"):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [line for line in caught.read().decode(errors="replace").splitlines(keepends=True)
+                    if not STARTUP_NOISE.search(line)]
+            sys.stderr.write("".join(kept))
+
+
 def setup_tensorflow(device: str):
     """Import TensorFlow and pick the device kind ('cpu' or 'gpu') before any op runs."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     tfcompat.parallel_xla_compilation(os.environ, tfcompat.installed_tensorflow())
-    try:
-        import tensorflow as tf
-    except ImportError as exc:
-        raise CannotTest(f"TensorFlow is not importable here ({exc}); pip install tensorflow") from None
-    gpus = tf.config.list_physical_devices("GPU")
+    with _quiet_start():
+        try:
+            import tensorflow as tf
+        except ImportError as exc:
+            raise CannotTest(f"TensorFlow is not importable here ({exc}); pip install tensorflow") from None
+        gpus = tf.config.list_physical_devices("GPU")
     if device == "gpu" and not gpus:
         raise CannotTest("--device gpu, but TensorFlow sees no GPU")
     if device == "cpu" and gpus:

@@ -34,12 +34,13 @@ def _run_child(cmd: list[str], env: dict) -> subprocess.CompletedProcess:
     try:
         out, err = proc.communicate()
     except BaseException:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        with store.signals_held():  # a second Ctrl-C must not cut this short and leave the child behind
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 

@@ -86,10 +86,11 @@ def choose(graph, spec: str) -> Choice:
         else:
             names.append(item)
     names = list(dict.fromkeys(names))
-    renamed = _renumbered(graph, [n for n in names if n not in graph.g])
+    named = names + [n for n in others if n not in names]  # every source named must be an op of this step
+    renamed = _renumbered(graph, [n for n in named if n not in graph.g])
     ops = [renamed.get(n, n) for n in names if n in graph.g or n in renamed]
     ops += [op for op in graph.g if graph.op_type(op) in types and op not in ops]
-    return Choice(spec=spec, ops=ops, unmatched=[n for n in names if n not in graph.g and n not in renamed],
+    return Choice(spec=spec, ops=ops, unmatched=[n for n in named if n not in graph.g and n not in renamed],
                   renamed=renamed, not_ops=others, through_step=through)
 
 

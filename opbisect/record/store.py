@@ -14,8 +14,10 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -106,8 +108,34 @@ def _check_consistent(record: Record, where: str) -> None:
     for a in record.analyses:
         if any(len(run) != len(a.instrumented.taps) for run in a.instrumented.fps):
             problems.append(f"step {a.step}: fingerprints do not match the taps")
+    v = record.facts.verdict
+    if v.exit_code != (1 if v.nondeterministic else 0):
+        problems.append(f"its verdict says {'non' if v.nondeterministic else ''}deterministic but stores exit code "
+                        f"{v.exit_code}")
+    problems += _graph_problems(record.graph)
     if problems:
         raise RecordError(f"{where} is not a usable opbisect record ({'; '.join(problems)})")
+
+
+def _graph_problems(graph) -> list[str]:
+    """What makes a record's op graph unusable by the views: no ops, an op without its fields, an edge to an op
+    the graph does not have."""
+    nodes = graph.get("nodes") if isinstance(graph, dict) else None
+    edges = graph.get("edges", []) if isinstance(graph, dict) else None
+    if not isinstance(nodes, list) or not nodes or not isinstance(edges, list):
+        return ["its op graph is empty or not a graph"]
+    if not all(isinstance(n, dict) and {"id", "type", "outputs", "resources"} <= set(n) for n in nodes):
+        return ["an op of its graph lacks its id, type, outputs or resources"]
+    ids = {n["id"] for n in nodes}
+    if not all(isinstance(e, dict) and e.get("source") in ids and e.get("target") in ids for e in edges):
+        return ["an edge of its op graph names an op the graph does not have"]
+    try:
+        from ..ir.graph import OpGraph
+
+        OpGraph.from_json(graph)
+    except Exception as exc:  # noqa: BLE001 - any way the graph fails to load makes the record unusable
+        return [f"its op graph does not load ({type(exc).__name__})"]
+    return []
 
 
 def report_folder_of(path: Path) -> Path | None:
@@ -137,23 +165,64 @@ def script_of(folder: Path) -> str | None:
 
 
 @contextlib.contextmanager
-def _signals_held():
-    """Hold SIGINT and SIGTERM while the report moves into place: they arrive after it."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+def signals_held(take: bool = False):
+    """Hold SIGINT and SIGTERM while a step that must not be cut runs: they are delivered after it, or with `take`
+    not at all (the list yielded says which came). Python-level handlers, not a signal mask: a signal sent to the
+    process goes to any thread that does not block it, and TensorFlow runs many."""
+    came: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, frame: came.append(signum)) for s in held}
     try:
-        yield
+        yield came
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if came and not take:
+            signal.raise_signal(came[0])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def remove_stale(folder: Path, pattern: str) -> None:
+    """Remove what a process killed outright (SIGKILL) left in `folder`: entries matching `pattern`, a regex whose
+    group `pid` is the process that made them, where that process is gone."""
+    try:
+        entries = list(Path(folder).iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        match = re.fullmatch(pattern, entry.name)
+        if match and not _alive(int(match["pid"])):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def temporary(prefix: str):
+    """A temporary folder for child processes' reports, named with this process's id; those of dead processes
+    (killed outright) are removed first."""
+    base = Path(tempfile.gettempdir())
+    remove_stale(base, rf"{re.escape(prefix)}(?P<pid>\d+)-.*")
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-") as tmp:
+        yield tmp
 
 
 class ReportFolder:
     """`<out>/<stem>/`, staged before the run and committed as one unit."""
 
     def __init__(self, out: Path, stem: str, script_path: str | None = None):
-        self.out, self.stem, self.script_path = Path(out), stem, script_path
+        # absolute: a script may change the working directory while it loads
+        self.out, self.stem, self.script_path = Path(out).absolute(), stem, script_path
         self.final = self.out / stem
         self.staging: Path | None = None
+        self.interrupted = False  # a signal came while the report moved into place: it is complete all the same
 
     def prepare(self) -> "ReportFolder":
         """Check that the report can be written, before any run: UsageError if not."""
@@ -168,7 +237,11 @@ class ReportFolder:
                                  f"another --out (scripts with one name share a report folder name)")
         try:
             self.out.mkdir(parents=True, exist_ok=True)
-            self.staging = Path(tempfile.mkdtemp(prefix=f".{self.stem}.", suffix=".partial", dir=self.out))
+            stem = re.escape(self.stem)
+            remove_stale(self.out, rf"\.{stem}\.(?P<pid>\d+)\..*\.partial")
+            remove_stale(self.out, rf"\.{stem}\.old-(?P<pid>\d+)")
+            self.staging = Path(tempfile.mkdtemp(prefix=f".{self.stem}.{os.getpid()}.", suffix=".partial",
+                                                 dir=self.out))
             os.chmod(self.staging, 0o777 & ~_umask())
         except OSError as exc:
             raise UsageError(f"--out {self.out} cannot hold the report ({exc.strerror})") from None
@@ -185,16 +258,26 @@ class ReportFolder:
                                    f"replaced") from None
 
     def commit(self) -> Path:
+        """Move the staged report into place and remove the one it replaces, signals held throughout; a signal
+        that came meanwhile is taken (`interrupted`): the report is complete, and the caller says so."""
         old = self.out / f".{self.stem}.old-{os.getpid()}"
         try:
-            with _signals_held():
+            with signals_held(take=True) as came:
                 if self.final.exists():
                     os.rename(self.final, old)
                 os.rename(self.staging, self.final)
+                self.staging = None
+                failed = []
+                shutil.rmtree(old, onerror=lambda *args: failed.append(args[2][1])) if old.exists() else None
+                if failed:
+                    print(f"opbisect: warning: the previous report, moved to {old}, could not be removed "
+                          f"({failed[0]}): remove it by hand", file=sys.stderr)
+            self.interrupted = bool(came)
+            if self.interrupted:
+                print(f"opbisect: a signal came while the report moved into place; it is complete "
+                      f"({self.final}), and the exit code is its result", file=sys.stderr)
         except OSError as exc:
             raise ReportWriteError(f"moving the report into {self.final} failed ({exc.strerror})") from None
-        self.staging = None
-        shutil.rmtree(old, ignore_errors=True)
         return self.final
 
     def discard(self) -> None:

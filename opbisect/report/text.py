@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from ..ir.optypes import remedy
 from ..record.model import Record, Runs, Source
-from ..words import listed
+from ..words import listed, printable
 
 FILENAME = "summary.txt"
+WIDTH = 120  # a remedy is wrapped to it (one was 560 characters on one line)
 
 OBSERVER_LINES = {
     "none": "capture did not change the step's result",
@@ -156,7 +158,8 @@ def source_lines(record: Record, s: Source) -> list[str]:
     if placed:
         lines.append(f"     in {placed}")
     if s.known_remedy:
-        lines.append(f"     remedy: {s.known_remedy}")
+        lines += textwrap.wrap(f"remedy: {s.known_remedy}", WIDTH, initial_indent="     ",
+                               subsequent_indent="       ", break_on_hyphens=False)
     alone = replay_line(s)
     if alone:
         lines.append(f"     alone: {alone}")
@@ -211,7 +214,7 @@ def lines(record: Record, folder: Path | None = None) -> list[str]:
     out += _verdict(record)
     if folder is not None:
         out.append(f"report: {folder}")
-    return out
+    return [printable(line) for line in out]
 
 
 def sources_lines(record: Record) -> list[str]:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..record import store
 from ..record.verification import PATCHED, PLAIN, Verification
-from ..words import listed
+from ..words import listed, printable
 
 RECORD = "verification.json"
 CSV = "variants.csv"
@@ -101,7 +101,7 @@ def lines(v: Verification, written: Path | None = None) -> list[str]:
         out.append(f"the patched step is NOT bitwise reproducible (exit {v.exit_code})")
     if written is not None:
         out.append(f"report: {written}")
-    return out
+    return [printable(line) for line in out]
 
 
 def write(v: Verification, folder: store.ReportFolder) -> Path:

@@ -125,6 +125,14 @@ def importable(path: Path):
             sys.modules[name] = saved_module
 
 
+def script_path(script: Path) -> Path:
+    """The script's resolved path; a path that cannot be resolved (a symbolic link loop) cannot be tested."""
+    try:
+        return Path(script).resolve()
+    except (RuntimeError, OSError) as exc:
+        raise TargetError(f"{script} cannot be loaded ({exc})") from None
+
+
 def load_module(path: Path):
     if path.is_dir() or (path.suffix != ".py" and path.exists()):
         raise UsageError(f"expected a Python script (model_step.py), got {path}")
