@@ -248,6 +248,23 @@ def mirrored_copies() -> list[list]:
     return [list(o.values) for o in gc.get_objects() if isinstance(o, distribute_values.MirroredVariable)]
 
 
+def variables_of_handles(handle_ids: set) -> dict:
+    """{id(handle): variable} for the live resource variables whose handle tensor is one of `handle_ids`. A step
+    that reads a variable's `.handle` directly (tf_keras's legacy optimizers apply their updates so) does not list
+    it among its graph's variables; the variable is found among the live objects."""
+    import gc
+
+    from tensorflow.python.ops import resource_variable_ops
+
+    found = {}
+    for o in gc.get_objects():
+        if isinstance(o, resource_variable_ops.BaseResourceVariable):
+            handle = getattr(o, "_handle", None)
+            if handle is not None and id(handle) in handle_ids:
+                found[id(handle)] = o
+    return found
+
+
 def per_replica_variables(variables) -> list:
     """`variables` with each tf.distribute variable replaced by its per-replica copies (plain ResourceVariables), each
     once: a step under a strategy captures one copy's handle per replica, while FuncGraph.variables may list the

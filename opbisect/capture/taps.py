@@ -374,22 +374,24 @@ def _without_fed_placeholders(gd, placeholders: list[str]):
     out.versions.CopyFrom(gd.versions)
     out.library.CopyFrom(gd.library)
     out.node.extend(n for n in gd.node if n.name not in fed)
-    _colocated_with_kept(out, fed)
+    colocated_with_present(out)
     return out, read
 
 
-def _colocated_with_kept(gd, gone: set) -> None:
-    """Drop colocation constraints (`_class: loc:@name`) on the nodes `gone`: the import refuses a node colocated
-    with a node it does not have (tf_keras's embedding lookup is colocated with its table's captured handle, whose
-    placeholder a feed replaces). The fed tensor sits where the handle does, so placement is unchanged."""
+def colocated_with_present(gd) -> None:
+    """Drop colocation constraints (`_class: loc:@name`) on nodes `gd` does not have: the import refuses them
+    (tf_keras's embedding lookup is colocated with its table's captured handle, whose placeholder a feed replaces;
+    the fed tensor sits where the handle does, so placement is unchanged)."""
+    present = {n.name for n in gd.node}
     for node in gd.node:
         if "_class" not in node.attr:
             continue
-        kept = [c for c in node.attr["_class"].list.s if c.decode(errors="replace")[len("loc:@"):] not in gone]
-        if len(kept) == len(node.attr["_class"].list.s):
+        refs = list(node.attr["_class"].list.s)
+        kept = [c for c in refs if c.decode(errors="replace").removeprefix("loc:@") in present]
+        if len(kept) == len(refs):
             continue
+        del node.attr["_class"].list.s[:]
         if kept:
-            del node.attr["_class"].list.s[:]
             node.attr["_class"].list.s.extend(kept)
         else:
             del node.attr["_class"]

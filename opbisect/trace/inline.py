@@ -121,6 +121,7 @@ def _splice(call, inner, taken: set, origins: dict):
             inputs.extend(control_inputs)
         del copy.input[:]
         copy.input.extend(inputs)
+        _recolocate(copy, names)
         body.append(copy)
         origins[copy.name] = Origin(inner, n.name)
     outputs = []
@@ -133,3 +134,21 @@ def _splice(call, inner, taken: set, origins: dict):
     body.append(done)
     origins[call.name] = Origin(origins[call.name].graph, call.name)
     return body, outputs
+
+
+def _recolocate(node, names: dict) -> None:
+    """A spliced node's colocation constraints (`_class: loc:@name`) follow the body's nodes to their new names; one
+    on an argument (which is now the caller's tensor) is dropped: the import refuses a constraint on a node that
+    is not there (tf_keras's recurrent layers' gradients carry them)."""
+    if "_class" not in node.attr:
+        return
+    kept = []
+    for c in node.attr["_class"].list.s:
+        target = c.decode(errors="replace").removeprefix("loc:@")
+        if target in names:
+            kept.append(f"loc:@{names[target]}".encode())
+    del node.attr["_class"].list.s[:]
+    if kept:
+        node.attr["_class"].list.s.extend(kept)
+    else:
+        del node.attr["_class"]

@@ -223,6 +223,12 @@ def handle_source(t):
             return t
 
 
+def tf_resource():
+    import tensorflow as tf
+
+    return tf.resource
+
+
 def concrete_function(target: Target, args: tuple):
     try:
         return target.step.get_concrete_function(*(target.signature or args))
@@ -248,6 +254,9 @@ def trace_step(target: Target, args: tuple) -> Trace:
     captured_vars = {id(v.handle): v for v in tfcompat.per_replica_variables(fg.variables)}
     internal = tfcompat.internal_captures(fg)
     external = list(cf.captured_inputs)
+    unwatched = {id(t) for t in external if t.dtype == tf_resource() and id(t) not in captured_vars}
+    if unwatched:  # handles the step took as `.handle` (a legacy Keras optimizer's slots): their variables
+        captured_vars.update(tfcompat.variables_of_handles(unwatched))
     keys = variable_keys(captured_vars.values())
     var_of_placeholder, variables = {}, {}
     for ext, inn in zip(external, internal):
