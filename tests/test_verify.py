@@ -181,8 +181,15 @@ def test_trace_with_patch_enters_a_patched_body_and_finds_nothing_left(tmp_path,
     assert regions == {"while/body", "while/body::while/cond/then_branch", "while/body::while/cond/else_branch"}
 
 
+NOISE_AND_BIAS_STEP = NOISE_STEP.replace(
+    '    w.assign_sub(0.1 * tf.random.uniform([4], name="noise") * x)',
+    '    with tf.GradientTape() as tape:\n'
+    '        loss = tf.reduce_sum(tf.nn.bias_add(tf.reshape(x, [1, 4]), w))\n'
+    '    w.assign_sub(0.1 * tf.random.uniform([4], name="noise") * tape.gradient(loss, w))')
+
+
 def test_verify_exits_1_when_the_patch_misses_the_source_and_reports_the_global_switch(tmp_path):
-    script = write_script(tmp_path, "model_step", NOISE_STEP)
+    script = write_script(tmp_path, "model_step", NOISE_AND_BIAS_STEP)  # a BiasAddGrad, and the unseeded source
     done = cli("verify", str(script), "--patch", "BiasAddGrad", "--runs", "3", "--timing-runs", "6", "--out",
                str(tmp_path / "r"))
     assert done.returncode == 1, done.stderr[-3000:]
