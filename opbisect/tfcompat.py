@@ -13,6 +13,15 @@ def op_determinism_enabled() -> bool:
     return bool(is_op_determinism_enabled())
 
 
+OLDEST_TENSORFLOW = (2, 16)  # Keras 3's and tf_keras's split, which everything here assumes
+
+
+def too_old(version: str) -> bool:
+    """Whether TensorFlow `version` predates what opbisect supports."""
+    parts = [int(p) for p in version.split(".")[:2] if p.isdigit()]
+    return len(parts) == 2 and tuple(parts) < OLDEST_TENSORFLOW
+
+
 def clear_kernel_cache() -> None:
     """Drop every cached kernel (eager ops and instantiated functions), as tf.random.set_seed does: stateful kernels
     (a seeded random op's generator) are built anew on their next run, and functions are instantiated (grappler
@@ -29,8 +38,10 @@ def global_seed():
 
     if "tensorflow" not in sys.modules:
         return None
-    from tensorflow.python.eager import context
-
+    try:
+        from tensorflow.python.eager import context
+    except ImportError:  # a TensorFlow that is not one opbisect supports: it said so already
+        return None
     return context.global_seed()
 
 

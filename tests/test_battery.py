@@ -20,7 +20,7 @@ from opbisect.cli import main
 from opbisect.execute import processes
 from opbisect.record import store
 
-from conftest import NOISE_STEP, write_script
+from conftest import NOISE_STEP, child_env, write_script
 
 DETERMINISTIC = """
 w = tf.Variable(tf.ones([4]), name="w")
@@ -194,3 +194,13 @@ def test_a_second_ctrl_c_does_not_leave_the_child_running(tmp_path):
     finally:
         processes.subprocess.Popen = real_popen
     assert spawned[0].returncode is not None  # waited for: no orphan
+
+
+def test_a_tensorflow_older_than_supported_cannot_be_tested(tmp_path):
+    fake = tmp_path / "fake" / "tensorflow"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("__version__ = '2.15.1'\n")
+    script = write_script(tmp_path, "det", DETERMINISTIC)
+    done = subprocess.run([sys.executable, "-m", "opbisect", "trace", str(script), "--out", str(tmp_path / "r")],
+                          capture_output=True, text=True, env=child_env(None, fake.parent))
+    assert done.returncode == 125 and "2.15.1" in done.stderr.splitlines()[-1]

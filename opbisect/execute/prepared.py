@@ -124,6 +124,9 @@ def setup_tensorflow(device: str):
             import tensorflow as tf
         except ImportError as exc:
             raise CannotTest(f"TensorFlow is not importable here ({exc}); pip install tensorflow") from None
+        if tfcompat.too_old(tf.__version__):
+            raise CannotTest(f"TensorFlow {tf.__version__} is older than opbisect supports (2.16 to 2.21): "
+                             f"pip install 'tensorflow>=2.16'")
         gpus = tf.config.list_physical_devices("GPU")
     if device == "gpu" and not gpus:
         raise CannotTest("--device gpu, but TensorFlow sees no GPU")
