@@ -4,6 +4,7 @@ sums in a new order on every call), not a live race."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -87,6 +88,8 @@ def test_a_seeded_random_op_is_no_source_and_is_listed_once_with_its_site(run_st
     assert (draw.op_name, draw.op_type, draw.restart) == ("noise/RandomStandardNormal", "RandomStandardNormal",
                                                            BY_STATE)
     assert draw.site.startswith("model_step.py:")
+    listed = json.loads((t.csv_path.parent / "report.json").read_text())["seeded"]  # the views read the record
+    assert [d["op_name"] for d in listed] == ["noise/RandomStandardNormal"]
 
 
 def test_the_restarted_step_draws_step_by_step_what_a_fresh_process_draws(tmp_path):

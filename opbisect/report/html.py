@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from html import escape
 
+from ..ir.optypes import remedy
 from ..record.model import Record, Runs, Source
 from . import drawing, text
 
@@ -151,6 +152,18 @@ def _findings(record: Record) -> str:
     return f'<section id="findings"><h2>Findings</h2><ul>{items}</ul></section>'
 
 
+def _seeded(record: Record) -> str:
+    """The seeded random ops: started anew every run, no sources; their draws are in no checkpoint."""
+    if not record.seeded:
+        return ""
+    rows = "".join(f"<tr><td>{escape(d.op_name)}</td><td>{escape(d.op_type)}</td><td>{escape(d.site)}</td>"
+                   f"<td>{escape(d.restart)}</td></tr>" for d in record.seeded)
+    return ('<section id="seeded"><h2>Seeded random ops</h2><p>Each run started them where a fresh process starts '
+            'them, so they are no sources. Their place in the sequence is in no checkpoint: '
+            f'{escape(remedy("", "checkpoint"))}.</p><table><tr><th>op</th><th>type</th><th>created at</th>'
+            f'<th>started anew by</th></tr>{rows}</table></section>')
+
+
 def render(record: Record) -> str:
     m = record.meta
     title = f"opbisect: {m.script}"
@@ -160,7 +173,7 @@ def render(record: Record) -> str:
             f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
             f'<header><h1>{escape(title)}</h1><p class="meta">{escape(meta)}</p></header>'
             + _verdict(record) + _sources(record) + _evidence(record) + _steps(record) + _findings(record)
-            + _neighbourhoods(record) + "</body></html>\n")
+            + _seeded(record) + _neighbourhoods(record) + "</body></html>\n")
 
 
 class HtmlReporter:

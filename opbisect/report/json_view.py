@@ -25,6 +25,7 @@ def summary(record: Record) -> dict:
         "processes": dataclasses.asdict(record.processes) if record.processes else None,
         "ladder": dataclasses.asdict(record.ladder) if record.ladder else None,
         "sources": sources,
+        "seeded": [dataclasses.asdict(d) for d in record.seeded],
     }
 
 
