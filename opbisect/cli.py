@@ -10,7 +10,7 @@ import traceback
 from pathlib import Path
 
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, OpbisectError, TargetError, Terminated
-from .settings import TraceSettings, VerifySettings
+from .settings import FixSettings, TraceSettings, VerifySettings
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,6 +31,10 @@ def _parser() -> argparse.ArgumentParser:
                                                                "sources patched, and TensorFlow's switches side by "
                                                                "side; exit 0 when the patched step is bitwise "
                                                                "reproducible"))
+    FixSettings.add_arguments(sub.add_parser("fix", help="from the script to a verified fix: trace rounds, each "
+                                                         "with every source found so far patched, until the step "
+                                                         "is reproducible; then verify; exit 0 when the "
+                                                         "recommended configuration is bitwise reproducible"))
     r = sub.add_parser("report", help="re-make the report's views from a saved record, running nothing")
     r.add_argument("record", type=Path, help="a report folder (reports/<script>) or its record.json")
     r.add_argument("--out", type=Path, default=None, help="folder that receives the report folder (default: where "
@@ -80,6 +84,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from . import verify
 
         return verify.run_verify(VerifySettings.from_namespace(args))
+    if args.command == "fix":
+        from . import rounds
+
+        return rounds.run_fix(FixSettings.from_namespace(args))
     return session.rerun_report(args.record, args.out, html=args.html)
 
 

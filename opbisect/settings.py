@@ -212,3 +212,20 @@ class VerifySettings(Settings):
 
 def _flag(f: dataclasses.Field) -> str:
     return f.metadata["flag"] or "--" + f.name.replace("_", "-")
+
+
+@dataclasses.dataclass
+class FixSettings(Settings):
+    script: Path = option(None, "model_step.py: defines `step` and `inputs` (or `model` and `data`, or the fit form)",
+                          positional=True)
+    runs: int = option(5, "runs of each trace round (default 5, at least 2)", minimum=2)
+    max_rounds: int = option(6, "trace rounds at most: each traces the step with every source found so far "
+                                "patched (default 6; ResNet50 on an H200 needed 4)", minimum=1)
+    verify_runs: int = option(10, "runs of each variant in the final verify (default 10)", minimum=2)
+    timing_runs: int = option(20, "steps of each variant timed in the final verify (default 20)", minimum=0)
+    out: Path = option(Path("reports"), "folder that receives <script>-fix/ (default reports/)")
+    step_name: str = _step_name()
+    inputs_name: str = _inputs_name()
+    device: str = _device()
+    fingerprint: str = _fingerprint()
+    progress: bool = option(True, "no line per round", flag="--no-progress")

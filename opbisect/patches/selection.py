@@ -18,6 +18,7 @@ from ..ir.optypes import KIND_REMEDIES
 from .registry import PATCHES
 
 CSV_NAME = "sources.csv"
+FIX_CSV_NAME = "patch.csv"  # `opbisect fix`: every op patched, with the round that found it
 
 
 @dataclasses.dataclass
@@ -39,8 +40,10 @@ class Choice:
 
 def _csv_path(spec: str) -> Path | None:
     path = Path(spec)
-    if path.is_dir() and (path / CSV_NAME).is_file():
-        return path / CSV_NAME
+    if path.is_dir():
+        for name in (CSV_NAME, FIX_CSV_NAME):  # a trace's report folder, or a fix's
+            if (path / name).is_file():
+                return path / name
     if path.suffix == ".csv":
         if not path.is_file():
             raise UsageError(f"--patch {spec}: no such file")

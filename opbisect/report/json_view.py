@@ -15,7 +15,7 @@ def summary(record: Record) -> dict:
     return {
         "script": record.meta.script, "script_path": record.meta.script_path, "form": record.meta.form,
         "device": record.meta.device, "runs": record.runs, "steps": record.steps,
-        "replicas": record.meta.replicas, "workers": record.meta.workers,
+        "replicas": record.meta.replicas, "workers": record.meta.workers, "patched": record.meta.patched,
         "verdict": dataclasses.asdict(record.facts.verdict),
         "grappler": dataclasses.asdict(record.facts.grappler),
         "observer": dataclasses.asdict(record.facts.observer),

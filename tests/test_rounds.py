@@ -1,0 +1,97 @@
+"""`opbisect fix`: every round automatic, then verify. Planted sources a patch fixes: two numpy_functions that add a
+per-call count (different in every run), the second fed by the first, so the first hides the second; the script
+registers a planted patch for their op type (the noise left out), as the patch library registers real ones."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from opbisect.cli import main
+
+from conftest import NOISE_STEP, write_script
+
+HIDDEN_BEHIND = """
+from opbisect.patches.registry import PATCHES, register
+
+if "PyFunc" not in PATCHES:
+    @register("PyFunc", how="planted: the call without its noise")
+    def _steady(ctx, x):
+        return [tf.identity(x)]
+
+calls = [0]
+
+
+def noisy(x):
+    calls[0] += 1
+    return (x + np.float32(calls[0]) * np.float32(1e-3)).astype(np.float32)
+
+
+w = tf.Variable(tf.ones([4]), name="w")
+
+
+@tf.function
+def step(x):
+    first = tf.ensure_shape(tf.numpy_function(noisy, [x], tf.float32, name="first"), [4])
+    second = tf.ensure_shape(tf.numpy_function(noisy, [first * 2.0], tf.float32, name="second"), [4])
+    w.assign_add(second)
+    return tf.reduce_sum(w)
+
+
+inputs = (tf.ones([4]),)
+"""
+
+
+def _fix(script, out, *flags) -> int:
+    return main(["fix", str(script), "--runs", "3", "--verify-runs", "3", "--timing-runs", "5", "--no-progress",
+                 "--out", str(out), *flags])
+
+
+def test_fix_finds_what_a_source_hid_round_by_round_and_verifies_the_patch(tmp_path):
+    script = write_script(tmp_path, "hidden", HIDDEN_BEHIND)
+    assert _fix(script, tmp_path / "r") == 0
+    folder = tmp_path / "r" / "hidden-fix"
+    fix = json.loads((folder / "fix.json").read_text())
+    assert [(r["exit_code"], r["new"]) for r in fix["rounds"]] == [(1, ["first"]), (1, ["second"]), (0, [])]
+    assert fix["rounds"][1]["patched"] == ["first"] and fix["rounds"][2]["patched"] == ["first", "second"]
+    patch = pd.read_csv(folder / "patch.csv")
+    assert list(zip(patch["round"], patch["op_name"])) == [(1, "first"), (2, "second")]
+    assert fix["recommendation"] == "patched" and fix["verify"] == "verify/hidden-verify"
+    assert any(str(folder / "patch.csv") in line for line in fix["lines"])
+    assert (folder / "round2" / "hidden" / "sources.csv").is_file()
+    # the fix's patch.csv (or its folder) is what --patch takes
+    assert main(["verify", str(script), "--patch", str(folder), "--runs", "3", "--timing-runs", "0",
+                 "--no-switches", "--out", str(tmp_path / "v")]) == 0
+
+
+def test_fix_of_a_reproducible_step_needs_one_round_and_no_verify(tmp_path):
+    script = write_script(tmp_path, "steady", HIDDEN_BEHIND.replace("np.float32(calls[0])", "np.float32(0)"))
+    assert _fix(script, tmp_path / "r") == 0
+    fix = json.loads((tmp_path / "r" / "steady-fix" / "fix.json").read_text())
+    assert len(fix["rounds"]) == 1 and fix["recommendation"] == "as written" and fix["verify"] == ""
+
+
+def test_fix_stops_at_a_source_no_patch_fixes_and_exits_1(tmp_path):
+    script = write_script(tmp_path, "noise", NOISE_STEP)  # an unseeded random op: its remedy is a seed
+    assert _fix(script, tmp_path / "r") == 1
+    fix = json.loads((tmp_path / "r" / "noise-fix" / "fix.json").read_text())
+    assert len(fix["rounds"]) == 1 and fix["recommendation"] == "" and "kind random" in fix["stopped"]
+
+
+def test_a_source_only_a_family_switch_fixes_runs_the_later_rounds_and_the_lines_under_it(monkeypatch):
+    from pathlib import Path
+
+    from opbisect.rounds import _switches, keep_lines
+
+    monkeypatch.delenv("TF_CUDNN_DETERMINISTIC", raising=False)
+    monkeypatch.delenv("TF_USE_DETERMINISTIC_SEGMENT_REDUCTIONS", raising=False)
+    found = [pd.DataFrame({"op_type": ["SparseSoftmaxCrossEntropyWithLogits"]}),
+             pd.DataFrame({"op_type": ["BiasAddGrad", "MaxPoolGrad"]})]  # ResNet50's rounds 1 and 2 on the H200
+    assert _switches(found[:1]) == [] and _switches(found) == ["TF_CUDNN_DETERMINISTIC"]
+    csv = Path("/r/resnet50-fix/patch.csv")
+    assert keep_lines("patched + TF_CUDNN_DETERMINISTIC=1", "fit", csv) == [
+        "import opbisect", 'os.environ["TF_CUDNN_DETERMINISTIC"] = "1"  # before TensorFlow is imported',
+        f'model = opbisect.deterministic(model, "{csv}")  # after model is built, before training']
+    assert keep_lines("global switch", "step", csv) == [
+        "tf.config.experimental.enable_op_determinism()  # before the model is built"]
