@@ -10,7 +10,7 @@ import traceback
 from pathlib import Path
 
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, OpbisectError, TargetError, Terminated
-from .settings import FixSettings, TraceSettings, VerifySettings
+from .settings import FixSettings, RunSettings, TraceSettings, VerifySettings
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
                                                          "with every source found so far patched, until the step "
                                                          "is reproducible; then verify; exit 0 when the "
                                                          "recommended configuration is bitwise reproducible"))
+    RunSettings.add_arguments(sub.add_parser("run", help="run a training script as it is (python SCRIPT -- ARGS), "
+                                                         "with only the ops --patch names replaced in its training "
+                                                         "steps; its own exit code"))
     r = sub.add_parser("report", help="re-make the report's views from a saved record, running nothing")
     r.add_argument("record", type=Path, help="a report folder (reports/<script>) or its record.json")
     r.add_argument("--out", type=Path, default=None, help="folder that receives the report folder (default: where "
@@ -48,7 +51,10 @@ def _terminate(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)  # after `--`: the script's own arguments
+    args = _parser().parse_args(argv[:cut])
+    args.after_dashes = argv[cut + 1:]
     previous = signal.signal(signal.SIGTERM, _terminate)  # cleanup runs as for Ctrl-C
     try:
         return _dispatch(args)
@@ -79,15 +85,19 @@ def _dispatch(args: argparse.Namespace) -> int:
     from . import session
 
     if args.command == "trace":
-        return session.run_trace(TraceSettings.from_namespace(args))
+        return session.run_trace(TraceSettings.from_namespace(args, args.after_dashes))
     if args.command == "verify":
         from . import verify
 
-        return verify.run_verify(VerifySettings.from_namespace(args))
+        return verify.run_verify(VerifySettings.from_namespace(args, args.after_dashes))
+    if args.command == "run":
+        from .patched_run import run
+
+        return run(RunSettings.from_namespace(args, args.after_dashes))
     if args.command == "fix":
         from . import rounds
 
-        return rounds.run_fix(FixSettings.from_namespace(args))
+        return rounds.run_fix(FixSettings.from_namespace(args, args.after_dashes))
     return session.rerun_report(args.record, args.out, html=args.html)
 
 

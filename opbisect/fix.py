@@ -80,7 +80,9 @@ def _keras(model, spec: str):
     original = model.train_step
     patched = _Patched(tf.function(original, autograph=False, jit_compile=tfcompat.keras_jit_compile(model)), spec,
                        type(model).__name__)
-    model.train_step = patched
+    # Keras 2 traces its train function with autograph, which would convert opbisect's own code behind the call
+    # (and fails on it in TF 2.16): the call is left unconverted; the patched step is traced as it is.
+    model.train_step = tf.autograph.experimental.do_not_convert(lambda *args: patched(*args))
     model.train_function = None  # fit, train_on_batch: made again, around the patched step
     model.opbisect_patched = patched
     return model

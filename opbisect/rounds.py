@@ -68,7 +68,7 @@ def _fix(settings: FixSettings, staging: Path, final: Path, say) -> tuple[Fix, p
         began = time.time()
         report = staging / f"round{k}"
         code = _child("trace", settings.script, ["--runs", str(settings.runs), "--no-progress", "--out", str(report),
-                                                 *_common(settings), *(["--patch", ",".join(csvs)] if csvs else [])],
+                                                 *(["--patch", ",".join(csvs)] if csvs else []), *_common(settings)],
                       switches, f"round {k}")
         summary = json.loads((report / stem / store.SUMMARY_JSON).read_text())
         form = summary["form"] if k == 1 else form
@@ -118,8 +118,10 @@ def _fix(settings: FixSettings, staging: Path, final: Path, say) -> tuple[Fix, p
 
 
 def _common(settings: FixSettings) -> list[str]:
+    """The options every child shares, the script's own arguments last."""
     return ["--device", settings.device, "--fingerprint", settings.fingerprint, "--step", settings.step_name,
-            "--inputs", settings.inputs_name]
+            "--inputs", settings.inputs_name, *(["--at", settings.at] if settings.at else []),
+            *(["--", *settings.script_args] if settings.script_args else [])]
 
 
 def _switches(found: list[pd.DataFrame]) -> list[str]:

@@ -102,7 +102,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
             tfcompat.limit_mirrored_strategies(settings.replica_limit)
 
     step = prepare(settings.script, settings.step_name, settings.inputs_name, settings.device, settings.fingerprint,
-                   settings.patch, setup, lap)
+                   settings.patch, setup, lap, argv=settings.script_args, at=settings.at, steps=settings.steps)
     tf, kind, target, trace, fp = step.tf, step.kind, step.target, step.trace, step.fingerprinter
     if agree.count > 1 and target.fit is not None:
         raise CannotTest("--workers runs the step form and the model/data form; the fit form's model.fit is not "
@@ -159,7 +159,8 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
                 mirrored=trace.mirrors, replicas=replica_count(trace.graph),
                 fingerprinter=fp.name, fingerprint=fp.key, jit_compile=bool(trace.jit_compile),
                 ops=len(trace.graph), variables=len(trace.variables), restored_variables=len(restored),
-                initial_state=step.initial_state, seconds=round(time.time() - started, 2), **environment(tf, kind))
+                initial_state=step.initial_state, seconds=round(time.time() - started, 2),
+                intercepted=intercepted_facts(target.intercepted), **environment(tf, kind))
     plain = pinned_runs if pinned_runs is not None and choice.config == "pinned" else default_runs
     findings += facts.body_findings([a for a, _, _ in analysed], trace.graph.regions)
     record = Record(
@@ -177,7 +178,20 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
                                           plain_varies=record.facts.verdict.nondeterministic))
     inputs = {op: got for _, _, step_inputs in analysed for op, got in step_inputs.items()}
     record.sources, files = reproducers(record, inputs, settings.replay_runs, kind)
+    if target.intercepted is not None:
+        files[SCRIPT_OUTPUT] = target.intercepted.output  # what the script printed before its training call
     return record, files
+
+
+SCRIPT_OUTPUT = "script_output.txt"
+
+
+def intercepted_facts(caught) -> dict:
+    """The record's account of the training call a script run as it is was stopped at ({} for the contract)."""
+    if caught is None:
+        return {}
+    return {"kind": caught.kind, "name": caught.name, "where": caught.where, "seconds": caught.seconds,
+            "steps": len(caught.batches or caught.calls)}
 
 
 def _analysis_passes(analyse, pinned_pass, default_runs, pinned: dict | None, speculate: bool, agree,

@@ -27,12 +27,24 @@ FINGERPRINTS = ("auto", "farmhash", "wsum", "fused")
 
 
 def option(default, help: str, flag: str | None = None, choices: tuple | None = None, minimum: int | None = None,
-           positional: bool = False, hidden: bool = False):
+           positional: bool = False, hidden: bool = False, after_dashes: bool = False):
     """A settings field with its command-line spelling. A bool's flag turns it to `not default`. `hidden`: an
-    option opbisect gives its own child processes, not listed in --help."""
-    return dataclasses.field(default=default, metadata={
+    option opbisect gives its own child processes, not listed in --help. `after_dashes`: the arguments after `--`,
+    for the user's script (a tuple)."""
+    kwargs = {"default_factory": tuple} if after_dashes else {"default": default}
+    return dataclasses.field(**kwargs, metadata={
         "help": argparse.SUPPRESS if hidden else help, "flag": flag, "choices": choices, "minimum": minimum,
-        "positional": positional})
+        "positional": positional, "after_dashes": after_dashes})
+
+
+def _script_args():
+    return option((), "the script's own arguments, after --", after_dashes=True)
+
+
+def _at():
+    return option("", "which training call of a script run as it is (no `step`/`model` defined): fit:N (the N-th "
+                      "Keras fit or train_on_batch), call:N (the N-th call of a training step), step:NAME (the "
+                      "tf.function NAME); default: the first", flag="--at")
 
 
 def _device():
@@ -60,6 +72,8 @@ class Settings:
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         for f in dataclasses.fields(cls):
             m = f.metadata
+            if m["after_dashes"]:
+                continue  # the command line splits them off at `--` (cli.main)
             if m["positional"]:
                 parser.add_argument(f.name, type=Path, help=m["help"])
             elif f.type == "bool" or isinstance(f.default, bool):
@@ -71,22 +85,25 @@ class Settings:
                                     metavar=None if m["choices"] else _flag(f).lstrip("-").upper().replace("-", "_"))
 
     @classmethod
-    def from_namespace(cls, ns: argparse.Namespace) -> "Settings":
-        return cls(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(cls)})
+    def from_namespace(cls, ns: argparse.Namespace, after_dashes: list[str] = ()) -> "Settings":
+        return cls(**{f.name: tuple(after_dashes) if f.metadata["after_dashes"] else getattr(ns, f.name)
+                      for f in dataclasses.fields(cls)})
 
     def to_argv(self) -> list[str]:
         """The command-line arguments that give these settings (every option, so nothing is lost)."""
-        argv = []
+        argv, after = [], []
         for f in dataclasses.fields(self):
             value, m = getattr(self, f.name), f.metadata
-            if m["positional"]:
+            if m["after_dashes"]:
+                after = ["--", *value] if value else []
+            elif m["positional"]:
                 argv.insert(0, str(value))
             elif isinstance(f.default, bool):
                 if value != f.default:
                     argv.append(_flag(f))
             else:
                 argv += [_flag(f), str(value)]
-        return argv
+        return argv + after
 
     def validate(self) -> None:
         from .errors import UsageError
@@ -140,6 +157,8 @@ class TraceSettings(Settings):
     replay_runs: int = option(20, "runs of each source alone on its recorded inputs", minimum=2)
     html: bool = option(False, "also write report.html, one self-contained page", flag="--html")
     progress: bool = option(True, "no progress display", flag="--no-progress")
+    at: str = _at()
+    script_args: tuple = _script_args()
 
     def validate(self) -> None:
         from .errors import UsageError
@@ -202,6 +221,8 @@ class VerifySettings(Settings):
                                         "runs on a GPU)", choices=REFERENCES)
     variant: str = option("", "child: which switch this process runs under", choices=VARIANTS, hidden=True)
     exchange: Path = option(Path(), "child: the folder shared with the parent", hidden=True)
+    at: str = _at()
+    script_args: tuple = _script_args()
 
     def validate(self) -> None:
         from .errors import UsageError
@@ -229,3 +250,21 @@ class FixSettings(Settings):
     device: str = _device()
     fingerprint: str = _fingerprint()
     progress: bool = option(True, "no line per round", flag="--no-progress")
+    at: str = _at()
+    script_args: tuple = _script_args()
+
+
+@dataclasses.dataclass
+class RunSettings(Settings):
+    script: Path = option(None, "train.py: the training script, run as it is", positional=True)
+    patch: str = option("", "what to replace in its training steps: a report's sources.csv or a fix's patch.csv "
+                            "(or their folders), or op types or op names, comma-separated")
+    device: str = _device()
+    script_args: tuple = _script_args()
+
+    def validate(self) -> None:
+        from .errors import UsageError
+
+        super().validate()
+        if not self.patch:
+            raise UsageError("run needs --patch: a report's sources.csv, a fix's patch.csv, or op types or op names")

@@ -105,6 +105,21 @@ def keras_of(model):
     return keras
 
 
+def keras_lines() -> list:
+    """The Keras packages installed here, imported: Keras 3 (`keras`) and Keras 2 (`tf_keras`), either may be
+    missing. Importing tf_keras does not make tf.keras Keras 2: TF_USE_LEGACY_KERAS, read when tf.keras is first
+    touched, decides that."""
+    import importlib
+
+    found = []
+    for name in ("keras", "tf_keras"):
+        try:
+            found.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    return found
+
+
 def is_legacy_keras(model) -> bool:
     return keras_of(model).__name__ == "tf_keras"
 

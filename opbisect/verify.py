@@ -95,8 +95,11 @@ def _load(settings: VerifySettings, starting: dict | None = None) -> _Step:
         if settings.variant == "global":
             tf.config.experimental.enable_op_determinism()
 
+    from .patches.selection import through_step
+
+    steps = settings.steps or through_step(settings.patch)  # the batches an intercepted script's step needs
     step = prepare(settings.script, settings.step_name, settings.inputs_name, settings.device, settings.fingerprint,
-                   setup=setup, starting=starting)
+                   setup=setup, starting=starting, argv=settings.script_args, at=settings.at, steps=steps)
     tf, values, state = step.tf, step.value_fps, step.state_fps
 
     def fingerprint(outputs) -> tuple:

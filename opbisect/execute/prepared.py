@@ -52,9 +52,10 @@ class Prepared:
 
 def prepare(script, step_name: str, inputs_name: str, device: str, fingerprint: str, patch: str = "",
             setup: Callable[[Any], None] = lambda tf: None, lap: Callable[[str], None] = lambda stage: None,
-            starting: dict | None = None) -> Prepared:
+            starting: dict | None = None, argv: tuple = (), at: str = "", steps: int = 1) -> Prepared:
     """The step of `script`, ready to run. `setup(tf)` runs right after TensorFlow is imported (process-wide
-    switches); `starting` ({variable key: value}) overwrites the script's values (a child of verify)."""
+    switches); `starting` ({variable key: value}) overwrites the script's values (a child of verify). A script that
+    defines no target is run as `python script argv...` to its training call `at` (`steps` batches taken)."""
     from ..capture import fingerprint as fingerprints
     from ..capture import taps
     from ..targets.loader import load_target
@@ -64,12 +65,19 @@ def prepare(script, step_name: str, inputs_name: str, device: str, fingerprint: 
     tf, kind = setup_tensorflow(device)
     setup(tf)
     lap("import TensorFlow")
-    target = load_target(script, step_name, inputs_name)
-    lap("load the script")
+    target = load_target(script, step_name, inputs_name, argv, at, steps)
+    lap("load the script" if target.intercepted is None else "run the script to its training call")
     trace = trace_step(target, target.make_inputs())
     target, trace, restart = restarted(target, trace)
     lap("trace")
     target, trace, replaced, findings = patched(patch, target, trace)
+    caught = target.intercepted
+    if caught is not None:
+        what = f"{caught.kind} of {caught.name}" if caught.name else caught.kind
+        taken = len(caught.batches or caught.calls)
+        findings.append(Finding("note", f"intercepted: the script ran {caught.seconds} s to its training call at "
+                                        f"{caught.where or 'an unknown line'} ({what}); {taken} step(s) taken; its "
+                                        f"training was stopped there"))
     fp, note = fingerprints.for_trace(trace, kind, fingerprint)
     if note:
         findings.append(Finding("note", f"fingerprint: {fp.name}, because {note}"))

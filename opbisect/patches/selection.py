@@ -114,3 +114,11 @@ def _renumbered(graph, missing: list[str]) -> dict[str, str]:
         index.setdefault(_loose(op), []).append(op)
     found = {n: index.get(_loose(n), []) for n in missing}
     return {n: ops[0] for n, ops in found.items() if len(ops) == 1}
+
+
+def through_step(spec: str) -> int:
+    """The latest step at which a source of the spec's CSVs first differed (1 without a CSV), read before any
+    trace."""
+    steps = [_read_csv(path)[2] for item in spec.split(",") if item.strip()
+             for path in [_csv_path(item.strip())] if path is not None]
+    return max(steps, default=1)

@@ -313,6 +313,8 @@ class Meta:
     mirrored: list[list[str]] = dataclasses.field(default_factory=list)  # each mirrored variable's copies, by replica
     replicas: int = 1  # under tf.distribute: the replicas the step ran in
     workers: int = 1  # --workers: the MultiWorkerMirroredStrategy workers run together (this record merges them)
+    # a script run as it is: the training call taken (kind fit or step, name, where, seconds before it, steps taken)
+    intercepted: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

@@ -37,6 +37,7 @@ class Target:
     fit: Any = None  # FitPlan for the fit form
     dataset: Any = None  # the tf.data dataset behind the batches, for the pipeline checks
     signature: tuple | None = None  # what the step is traced for (fit: the dataset's specs, a partial last batch too)
+    intercepted: Any = None  # targets.intercept.Caught: the training call of an unmodified script it was taken at
 
     @property
     def name(self) -> str:
@@ -360,8 +361,20 @@ def _signature(dataset) -> tuple:
     return tuple(spec) if isinstance(spec, (tuple, list)) else (spec,)
 
 
-def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs") -> Target:
+def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs", argv: list[str] = (),
+                at: str = "", steps: int = 1) -> Target:
+    """The target of `path`: what it defines (the target contract), or, for a script that defines none of it, its
+    training call, taken while the script runs as `python path argv...` (targets/intercept.py; `at` picks the
+    call, `steps` the batches or calls taken)."""
+    from . import intercept
+
     path = Path(path)
+    if path.is_file() and not intercept.defines_contract(path, step_name, inputs_name):
+        return intercepted_target(path, intercept.run_to_training(path, list(argv), intercept.Point.parse(at),
+                                                                  steps))
+    if at:
+        raise UsageError(f"--at picks a training call of a script run as it is; {path} defines the target contract "
+                         f"(`{step_name}` and `{inputs_name}`, or `model`)")
     module = load_module(path)
     names = vars(module)
     if step_name in names:
@@ -393,6 +406,29 @@ def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs"
     if "dataset" in names:
         target.dataset = names["dataset"]
     return _with_variables(target, names, path)
+
+
+def intercepted_target(path: Path, caught) -> Target:
+    """The target of a training call taken from a script run as it is: the model's train step on the batches fit
+    would have trained on next, or the custom loop's step on the arguments of its calls."""
+    import tensorflow as tf
+
+    if caught.kind == "fit":
+        batches = caught.batches
+        if not batches:
+            raise TargetError(f"{path}: the training call at {caught.where} had no batch to train on")
+        step = _keras_step(caught.model, batches[0], path)
+    else:
+        if any(kwargs for _, kwargs in caught.calls):
+            raise TargetError(f"{path}: the step {caught.name!r} at {caught.where} is called with keyword arguments; "
+                              f"opbisect takes a step's positional arguments")
+        batches = [tuple(args) for args, _ in caught.calls]
+        step = caught.function if isinstance(caught.function, tf.types.experimental.PolymorphicFunction) else \
+            tf.function(caught.function)
+    first = batches[0]
+    return Target(path=path, step=step, make_inputs=lambda: first, variables=None,
+                  form="keras" if caught.kind == "fit" else "step", module=None,
+                  make_batches=lambda: iter(batches), steps_available=len(batches), intercepted=caught)
 
 
 def _checked_batches(batches, path: Path):

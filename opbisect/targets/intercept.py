@@ -1,0 +1,359 @@
+"""Zero edits: run the user's training script as `python train.py ARGS` would, and stop it at its first training call.
+
+    run_to_training(path, argv, at, steps)
+      hooks: Keras 3 and tf_keras Model.make_train_function (what fit and train_on_batch call), and tf.function's
+             __call__ (a custom loop's step: a function that computes gradients and writes variables)
+      runpy.run_path(path, run_name="__main__") with sys.argv = [path, *argv]
+      the chosen call raises Intercepted (a BaseException: the script's own `except Exception` lets it through),
+      carrying what the analysis needs; the script's training does not run on
+
+What is taken at the intercept (and the state is left as it was then):
+- fit / train_on_batch: the model, and the next `steps` batches of the very iterator fit would feed (its shuffle,
+  batching and distribution included), pulled without training on them;
+- a custom loop's step: the function and its arguments; with `steps` K > 1, the script's own next K - 1 calls run
+  (their arguments recorded), then the state is put back to what it was at the first one.
+
+The target contract (a module defining `step` and `inputs`, or `model` and `data`/`fit_kwargs`) is unchanged:
+`defines_contract` tells the two apart without running the script.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import io
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .. import tfcompat
+from ..errors import TargetError, Terminated, UsageError
+
+GRADIENT_MARKS = ("gradient_tape/", "gradients/")  # name scopes of the ops tf.GradientTape and tf.gradients make
+WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceApply", "ResourceSparseApply",
+          "ResourceScatter")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """Where to stop: the N-th Keras training call (fit or train_on_batch), the N-th call of a training step, or
+    the first call of the tf.function named `name`; by default the first training call of either kind."""
+
+    kind: str = "any"  # any | fit | call | step
+    index: int = 1
+    name: str = ""
+
+    @classmethod
+    def parse(cls, spec: str) -> "Point":
+        if not spec:
+            return cls()
+        kind, _, value = spec.partition(":")
+        if kind in ("fit", "call") and value.isdigit() and int(value) >= 1:
+            return cls(kind, int(value))
+        if kind == "step" and value:
+            return cls("step", 1, value)
+        raise UsageError(f"--at takes fit:N, call:N or step:NAME (got {spec!r})")
+
+
+@dataclasses.dataclass
+class Caught:
+    """What the intercept took."""
+
+    kind: str  # "fit" or "step"
+    where: str  # file:line of the call in the script
+    seconds: float  # how long the script ran before it
+    output: str  # what the script printed before it
+    model: Any = None  # fit: the Keras model
+    batches: list = dataclasses.field(default_factory=list)  # fit: the batches fit would train on next
+    function: Any = None  # step: the tf.function
+    calls: list = dataclasses.field(default_factory=list)  # step: the arguments of each call taken
+    name: str = ""  # the function's or the model's name
+
+
+class Intercepted(BaseException):
+    def __init__(self, caught: Caught):
+        super().__init__(caught.kind)
+        self.caught = caught
+
+
+def defines_contract(path: Path, step_name: str = "step", inputs_name: str = "inputs") -> bool:
+    """Whether the script defines the target contract at its top level (read, not run): `step` and `inputs`, or
+    `model` with `data` or `fit_kwargs`."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return True  # let the loader say what is wrong with it
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for t in targets:
+            for n in ast.walk(t):
+                if isinstance(n, ast.Name):
+                    names.add(n.id)
+    return {step_name, inputs_name} <= names or ("model" in names and bool({"data", "fit_kwargs"} & names))
+
+
+class _Hooks:
+    """The training calls, counted; the chosen one raises Intercepted."""
+
+    def __init__(self, path: Path, at: Point, steps: int, started: float, output: io.StringIO):
+        self.path, self.at, self.steps, self.started, self.output = Path(path).resolve(), at, steps, started, output
+        self.fits = self.calls = 0
+        self.judged: dict[int, bool] = {}  # id(tf.function) -> whether it is a training step
+        self.taking: Caught | None = None  # a custom loop's step while its next calls are recorded
+        self.saved: list = []  # the state at the first call taken: (variable, value)
+
+    def where(self) -> str:
+        for frame in reversed(traceback.extract_stack()):
+            if Path(frame.filename).resolve() == self.path:
+                return f"{Path(frame.filename).name}:{frame.lineno}"
+        return ""
+
+    def caught(self, kind: str, **parts) -> Caught:
+        return Caught(kind=kind, where=self.where(), seconds=round(time.time() - self.started, 2),
+                      output=self.output.getvalue(), **parts)
+
+    # -- Keras: fit and train_on_batch each call make_train_function, then the train function on an iterator -----
+    def train_function(self, model):
+        """The train function to run in place of the model's on this fit or train_on_batch call, or None."""
+        self.fits += 1
+        if self.at.kind not in ("any", "fit") or (self.at.kind == "fit" and self.fits != self.at.index):
+            return None
+
+        def first_call(iterator, *rest):
+            raise Intercepted(self.caught("fit", model=model, batches=_take(iterator, self.steps),
+                                          name=type(model).__name__))
+
+        return first_call
+
+    # -- a custom loop: a tf.function that computes gradients and writes variables -------------------------------
+    def step_call(self, function, args, kwargs, call):
+        import tensorflow as tf
+
+        if not tf.executing_eagerly():  # inside another function's trace: not a call of the loop's
+            return call()
+        if self.taking is not None:
+            self.taking.calls.append((args, kwargs))
+            if len(self.taking.calls) == self.steps:
+                _put_back(self.saved)
+                raise Intercepted(self.taking)
+            return call()
+        if not self._is_training_step(function, args, kwargs):
+            return call()
+        self.calls += 1
+        name = getattr(function, "__name__", "") or getattr(getattr(function, "_python_function", None),
+                                                            "__name__", "")
+        chosen = (self.at.kind == "any" or (self.at.kind == "call" and self.calls == self.at.index)
+                  or (self.at.kind == "step" and name == self.at.name))
+        if not chosen:
+            return call()
+        caught = self.caught("step", function=function, calls=[(args, kwargs)], name=name)
+        if self.steps == 1:
+            raise Intercepted(caught)
+        self.taking, self.saved = caught, _state_of(function, args, kwargs)
+        return call()
+
+    def _is_training_step(self, function, args, kwargs) -> bool:
+        key = id(function)
+        if key not in self.judged:
+            try:
+                graph = function.get_concrete_function(*args, **kwargs).graph
+            except Exception:  # noqa: BLE001 - the call itself will raise it, as the script would see it
+                return False
+            self.judged[key] = _trains(graph)
+        return self.judged[key]
+
+
+def _trains(graph) -> bool:
+    """Whether a function graph (or one it calls) computes gradients and writes variables."""
+    graphs, grads, writes = [graph], False, False
+    while graphs:
+        g = graphs.pop()
+        for op in g.get_operations():
+            grads = grads or op.name.startswith(GRADIENT_MARKS) or "/gradient_tape/" in op.name
+            writes = writes or op.type.startswith(WRITES)
+        graphs += [f.graph for f in getattr(g, "_functions", {}).values() if getattr(f, "graph", None) is not None]
+    return grads and writes
+
+
+def _take(iterator, steps: int) -> list[tuple]:
+    """The next `steps` batches of a Keras train function's iterator (or list of one batch), as argument tuples."""
+    source = iter(iterator)
+    batches = []
+    for _ in range(steps):
+        try:
+            batch = next(source)
+        except (StopIteration, Exception) as exc:  # noqa: BLE001 - tf.data ends with OutOfRangeError
+            if batches and (isinstance(exc, StopIteration) or "OutOfRange" in type(exc).__name__):
+                break
+            raise
+        batches.append(tuple(batch) if isinstance(batch, (tuple, list)) else (batch,))
+    return batches
+
+
+def _state_of(function, args, kwargs) -> list:
+    """(variable, its value now) for every variable the step uses."""
+    import tensorflow as tf
+
+    graph = function.get_concrete_function(*args, **kwargs).graph
+    return [(v, tf.identity(v.read_value())) for v in graph.variables]
+
+
+def _put_back(saved: list) -> None:
+    for v, value in saved:
+        v.assign(value)
+
+
+@contextlib.contextmanager
+def _hooked(hooks):
+    from tensorflow.python.eager.polymorphic_function import polymorphic_function
+
+    patched = []
+
+    def patch(owner, name, make):
+        original = getattr(owner, name)
+        setattr(owner, name, make(original))
+        patched.append((owner, name, original))
+
+    def make_train_function(original):
+        def hooked(self, *args, **kwargs):
+            if isinstance(hooks, _PatchHooks):
+                return hooks.make_train_function(self, original, args, kwargs)
+            made = original(self, *args, **kwargs)  # Keras 2 returns it, Keras 3 only sets self.train_function
+            instead = hooks.train_function(self)
+            if instead is None:
+                return made
+            self.train_function = instead
+            return instead
+        return hooked
+
+    def function_call(original):
+        def hooked(self, *args, **kwargs):
+            return hooks.step_call(self, args, kwargs, lambda: original(self, *args, **kwargs))
+        return hooked
+
+    for keras in tfcompat.keras_lines():
+        patch(keras.Model, "make_train_function", make_train_function)
+    patch(polymorphic_function.Function, "__call__", function_call)
+    try:
+        yield
+    finally:
+        for owner, name, original in reversed(patched):
+            setattr(owner, name, original)
+
+
+class _PatchHooks:
+    """`opbisect run`: every training step of the script gets the ops `spec` names replaced (opbisect.deterministic):
+    each Keras model before its train function is made, each custom loop's step at its first call."""
+
+    def __init__(self, spec: str):
+        self.spec = spec
+        self.steps: dict[int, Any] = {}  # id(tf.function) -> its patched form, or None for a function that trains not
+        self.busy = False  # patching a step traces it: its own calls are not the script's
+
+    def make_train_function(self, model, make, args, kwargs):
+        from ..fix import deterministic
+
+        if getattr(model, "opbisect_patched", None) is None:
+            deterministic(model, self.spec)
+        return make(model, *args, **kwargs)
+
+    def step_call(self, function, args, kwargs, call):
+        import tensorflow as tf
+
+        if self.busy or not tf.executing_eagerly() or kwargs:
+            return call()
+        key = id(function)
+        if key not in self.steps:
+            self.busy = True
+            try:
+                trains = _trains(function.get_concrete_function(*args).graph)
+                from ..fix import deterministic
+
+                self.steps[key] = deterministic(function, self.spec) if trains else None
+            finally:
+                self.busy = False
+        patched = self.steps[key]
+        if patched is None:
+            return call()
+        self.busy = True
+        try:
+            return patched(*args)
+        finally:
+            self.busy = False
+
+
+class _Tee(io.TextIOBase):
+    """The script's stdout, shown as it is written and kept."""
+
+    def __init__(self, shown, kept: io.StringIO):
+        self.shown, self.kept = shown, kept
+
+    def write(self, text: str) -> int:
+        self.kept.write(text)
+        return self.shown.write(text)
+
+    def flush(self) -> None:
+        self.shown.flush()
+
+
+def run_to_training(path: Path, argv: list[str], at: Point, steps: int) -> Caught:
+    """Run the script as `python path argv...` until its training call `at`; what it took there. A script that
+    ends, or exits, with no such call cannot be tested (TargetError)."""
+    from .loader import error_summary, user_traceback
+
+    path = Path(path)
+    output = io.StringIO()
+    hooks = _Hooks(path, at, steps, time.time(), output)
+    saved_argv, saved_stdout = list(sys.argv), sys.stdout
+    sys.argv = [str(path), *argv]
+    sys.stdout = _Tee(sys.stdout, output)  # the script's output is shown (on stderr's side of the report) and kept
+    try:
+        with _hooked(hooks):
+            runpy.run_path(str(path), run_name="__main__")
+    except Intercepted as got:
+        return got.caught
+    except SystemExit as exc:
+        raise TargetError(f"{path} exited (sys.exit({exc.code!r})) before any training call opbisect can take: "
+                          f"Keras fit/train_on_batch, or a tf.function that computes gradients and writes "
+                          f"variables") from None
+    except (KeyboardInterrupt, Terminated):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the user's own code raised: show it
+        raise TargetError(f"{path} raised {error_summary(exc)} before its training call",
+                          user_traceback(exc, path)) from None
+    finally:
+        sys.argv, sys.stdout = saved_argv, saved_stdout
+    what = {"any": "training call", "fit": f"Keras training call number {at.index}",
+            "call": f"training step call number {at.index}", "step": f"call of the tf.function {at.name!r}"}[at.kind]
+    raise TargetError(f"{path} ran to its end without a {what} opbisect can take (Keras fit/train_on_batch, or a "
+                      f"tf.function that computes gradients and writes variables)")
+
+
+def run_patched(path: Path, argv: list[str], spec: str) -> int:
+    """`opbisect run --patch SPEC script -- ARGS`: the script's whole training, as `python script ARGS` runs it, with
+    only the ops SPEC names replaced in its training steps; the script's exit code (125 where it raised)."""
+    from ..errors import EXIT_CANNOT_TEST
+
+    saved_argv = list(sys.argv)
+    sys.argv = [str(path), *argv]
+    try:
+        with _hooked(_PatchHooks(spec)):
+            runpy.run_path(str(path), run_name="__main__")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except (KeyboardInterrupt, Terminated):
+        raise
+    except BaseException:  # noqa: BLE001 - the user's own code raised: show it, as python would
+        traceback.print_exc()
+        return EXIT_CANNOT_TEST
+    finally:
+        sys.argv = saved_argv
+    return 0
