@@ -50,11 +50,16 @@ def _terminate(signum, frame):
     raise Terminated()
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    cut = argv.index("--") if "--" in argv else len(argv)  # after `--`: the script's own arguments
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line; what follows `--` is the script's own arguments (`after_dashes`)."""
+    cut = argv.index("--") if "--" in argv else len(argv)
     args = _parser().parse_args(argv[:cut])
     args.after_dashes = argv[cut + 1:]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(list(sys.argv[1:] if argv is None else argv))
     previous = signal.signal(signal.SIGTERM, _terminate)  # cleanup runs as for Ctrl-C
     try:
         return _dispatch(args)
@@ -85,19 +90,19 @@ def _dispatch(args: argparse.Namespace) -> int:
     from . import session
 
     if args.command == "trace":
-        return session.run_trace(TraceSettings.from_namespace(args, args.after_dashes))
+        return session.run_trace(TraceSettings.from_namespace(args))
     if args.command == "verify":
         from . import verify
 
-        return verify.run_verify(VerifySettings.from_namespace(args, args.after_dashes))
+        return verify.run_verify(VerifySettings.from_namespace(args))
     if args.command == "run":
         from .patched_run import run
 
-        return run(RunSettings.from_namespace(args, args.after_dashes))
+        return run(RunSettings.from_namespace(args))
     if args.command == "fix":
         from . import rounds
 
-        return rounds.run_fix(FixSettings.from_namespace(args, args.after_dashes))
+        return rounds.run_fix(FixSettings.from_namespace(args))
     return session.rerun_report(args.record, args.out, html=args.html)
 
 

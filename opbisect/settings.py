@@ -85,9 +85,10 @@ class Settings:
                                     metavar=None if m["choices"] else _flag(f).lstrip("-").upper().replace("-", "_"))
 
     @classmethod
-    def from_namespace(cls, ns: argparse.Namespace, after_dashes: list[str] = ()) -> "Settings":
-        return cls(**{f.name: tuple(after_dashes) if f.metadata["after_dashes"] else getattr(ns, f.name)
-                      for f in dataclasses.fields(cls)})
+    def from_namespace(cls, ns: argparse.Namespace) -> "Settings":
+        """The settings of a parsed command line (`ns.after_dashes`: what followed `--`, cli.parse)."""
+        return cls(**{f.name: tuple(getattr(ns, "after_dashes", ())) if f.metadata["after_dashes"]
+                      else getattr(ns, f.name) for f in dataclasses.fields(cls)})
 
     def to_argv(self) -> list[str]:
         """The command-line arguments that give these settings (every option, so nothing is lost)."""

@@ -100,6 +100,16 @@ def until_it_fires(run, attempts: int = 5, also=lambda t: True) -> Traced:
     return t
 
 
+@pytest.fixture(autouse=True)
+def no_global_seed_left_behind():
+    """A test that seeds TensorFlow in this process (keras.utils.set_random_seed) would seed every random op of the
+    scripts traced after it, which a fresh process would not: put the global seed back after each test."""
+    yield
+    from opbisect import tfcompat
+
+    tfcompat.restore_global_seed(None)
+
+
 @pytest.fixture
 def run_step(tmp_path):
     """run_step(body, name=..., **settings): write the script, trace it, return a Traced."""

@@ -161,17 +161,17 @@ def test_every_option_reaches_a_child_process_unchanged():
     import dataclasses
     from pathlib import Path
 
-    from opbisect.cli import _parser
+    from opbisect.cli import parse
     from opbisect.settings import TraceSettings
 
     changed = TraceSettings(script=Path("a b/step.py"), runs=7, out=Path("o"), step_name="s", inputs_name="i",
                             device="cpu", pin_grappler=False, fingerprint="wsum", steps=3, processes=2,
                             magnitude_runs=4, replay=False, replay_runs=9, html=True, progress=False, max_runs=12,
                             patch="r/s.csv,AddN", replicas="1,all", replica_limit=2, workers=3,
-                            worker_index=1, agree_dir=Path("a g"))
+                            worker_index=1, agree_dir=Path("a g"), at="fit:2", script_args=("--epochs", "3", "--"))
     defaults = {f.name: f.default for f in dataclasses.fields(TraceSettings)}
     assert all(getattr(changed, k) != v for k, v in defaults.items() if k != "script")  # every option is set
-    again = TraceSettings.from_namespace(_parser().parse_args(["trace", *changed.to_argv()]))
+    again = TraceSettings.from_namespace(parse(["trace", *changed.to_argv()]))
     assert again == changed
 
 
@@ -179,15 +179,16 @@ def test_every_verify_option_reaches_its_child_processes_unchanged():
     import dataclasses
     from pathlib import Path
 
-    from opbisect.cli import _parser
+    from opbisect.cli import parse
     from opbisect.settings import VerifySettings
 
     changed = VerifySettings(script=Path("a b/step.py"), patch="r/s.csv", runs=7, out=Path("o"), step_name="s",
                              inputs_name="i", device="cpu", fingerprint="wsum", switches=False, variant="global",
-                             exchange=Path("/tmp/x"), cpu_reference="on", timing_runs=3, steps=4)
+                             exchange=Path("/tmp/x"), cpu_reference="on", timing_runs=3, steps=4, at="call:2",
+                             script_args=("a", "--b"))
     defaults = {f.name: f.default for f in dataclasses.fields(VerifySettings)}
     assert all(getattr(changed, k) != v for k, v in defaults.items() if k != "script")  # every option is set
-    again = VerifySettings.from_namespace(_parser().parse_args(["verify", *changed.to_argv()]))
+    again = VerifySettings.from_namespace(parse(["verify", *changed.to_argv()]))
     assert again == changed
 
 

@@ -149,7 +149,7 @@ data = (rng.standard_normal((32, 16)).astype("float32") * 100, rng.standard_norm
 def test_a_seeded_dropout_masks_nothing_the_racy_layer_after_it_is_the_first_source(run_step):
     t = run_step(DROPOUT_BEFORE_RACY, runs=4, replay=False)
     assert t.code == 1
-    assert t.sources[0] == "sequential/racy_sum/racy_sum"
+    assert t.sources[0].endswith("/racy_sum/racy_sum")  # Keras numbers the model's scope in a shared process
     assert not any("Random" in op for op in t.sources)
     assert [d.restart for d in t.record.seeded] == [BY_STATE]
 

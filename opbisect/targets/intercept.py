@@ -80,24 +80,36 @@ class Intercepted(BaseException):
         self.caught = caught
 
 
-def defines_contract(path: Path, step_name: str = "step", inputs_name: str = "inputs") -> bool:
-    """Whether the script defines the target contract at its top level (read, not run): `step` and `inputs`, or
-    `model` with `data` or `fit_kwargs`."""
+def defined_names(path: Path) -> set[str] | None:
+    """The names a script binds at its top level (inside `if`, `with`, `try` and loops too, not in functions or
+    classes), read from its source; None where it does not parse."""
     try:
         tree = ast.parse(Path(path).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
-        return True  # let the loader say what is wrong with it
-    names = set()
-    for node in tree.body:
+        return None
+    names, todo = set(), list(tree.body)
+    while todo:
+        node = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
-        targets = node.targets if isinstance(node, ast.Assign) else \
-            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
-        for t in targets:
-            for n in ast.walk(t):
-                if isinstance(n, ast.Name):
-                    names.add(n.id)
-    return {step_name, inputs_name} <= names or ("model" in names and bool({"data", "fit_kwargs"} & names))
+            continue
+        if isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        todo.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def defines_contract(path: Path, step_name: str = "step", inputs_name: str = "inputs") -> bool:
+    """Whether the script defines the target contract at its top level (read, not run): `step` and `inputs`, or
+    `model` with `data` or `fit_kwargs`. A source that does not parse goes to the loader, which says why."""
+    from .loader import _has_contract
+
+    names = defined_names(path)
+    return True if names is None else _has_contract(dict.fromkeys(names), step_name, inputs_name)
 
 
 class _Hooks:
@@ -317,7 +329,7 @@ def run_to_training(path: Path, argv: list[str], at: Point, steps: int) -> Caugh
     sys.stdout = _Tee(sys.stdout, output)  # the script's output is shown (on stderr's side of the report) and kept
     try:
         with _hooked(hooks):
-            runpy.run_path(str(path), run_name="__main__")
+            names = runpy.run_path(str(path), run_name="__main__")
     except Intercepted as got:
         return got.caught
     except SystemExit as exc:
@@ -333,8 +345,16 @@ def run_to_training(path: Path, argv: list[str], at: Point, steps: int) -> Caugh
         sys.argv, sys.stdout = saved_argv, saved_stdout
     what = {"any": "training call", "fit": f"Keras training call number {at.index}",
             "call": f"training step call number {at.index}", "step": f"call of the tf.function {at.name!r}"}[at.kind]
-    raise TargetError(f"{path} ran to its end without a {what} opbisect can take (Keras fit/train_on_batch, or a "
-                      f"tf.function that computes gradients and writes variables)")
+    raise NoTrainingCall(f"run as it is, it made no {what} opbisect can take (Keras fit/train_on_batch, or a "
+                         f"tf.function that computes gradients and writes variables)", names)
+
+
+class NoTrainingCall(TargetError):
+    """A script run as it is ended without the training call asked for; `names`: what it defined."""
+
+    def __init__(self, message: str, names: dict):
+        super().__init__(message)
+        self.names = names
 
 
 def run_patched(path: Path, argv: list[str], spec: str) -> int:

@@ -154,8 +154,17 @@ def load_module(path: Path):
     return module
 
 
-def _public_names(module) -> list[str]:
-    return sorted(n for n in vars(module) if not n.startswith("_") and not isinstance(vars(module)[n], type(sys)))
+def _public_names(names: dict) -> list[str]:
+    return sorted(n for n in names if not n.startswith("_") and not isinstance(names[n], type(sys)))
+
+
+def _contract_missing(path: Path, names: dict, step_name: str, inputs_name: str) -> str:
+    """What a script that defines (`names`) no complete target lacks, and what it defines."""
+    found = ", ".join(_public_names(names)) or "nothing"
+    if step_name in names:
+        return f"{path} defines `{step_name}` but no `{inputs_name}` (the step's arguments, a tuple); found: {found}"
+    return (f"{path} defines no `{step_name}`: define `{step_name}` (a tf.function) and `{inputs_name}`, or `model` "
+            f"(a compiled keras.Model) and `data`, or run a training script as it is; found: {found}")
 
 
 def _as_tf_function(fn, name: str, path: Path):
@@ -370,18 +379,41 @@ def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs"
 
     path = Path(path)
     if path.is_file() and not intercept.defines_contract(path, step_name, inputs_name):
-        return intercepted_target(path, intercept.run_to_training(path, list(argv), intercept.Point.parse(at),
-                                                                  steps))
+        try:
+            caught = intercept.run_to_training(path, list(argv), intercept.Point.parse(at), steps)
+        except intercept.NoTrainingCall as exc:
+            # no training call: the contract after all, where the script defined it in a way its source hides
+            # (globals().update(runpy.run_path(...)))
+            module = _as_module(path, exc.names)
+            if not _has_contract(exc.names, step_name, inputs_name):
+                raise TargetError(f"{_contract_missing(path, exc.names, step_name, inputs_name)}; {exc}") from None
+            return _contract_target(path, module, step_name, inputs_name)
+        return intercepted_target(path, caught)
     if at:
         raise UsageError(f"--at picks a training call of a script run as it is; {path} defines the target contract "
                          f"(`{step_name}` and `{inputs_name}`, or `model`)")
-    module = load_module(path)
+    return _contract_target(path, load_module(path), step_name, inputs_name)
+
+
+def _has_contract(names: dict, step_name: str, inputs_name: str) -> bool:
+    return {step_name, inputs_name} <= set(names) or ("model" in names and bool({"data", "fit_kwargs"} & set(names)))
+
+
+def _as_module(path: Path, names: dict):
+    """A module holding what a script run as `__main__` defined (the loader reads a module's names)."""
+    import types
+
+    module = types.ModuleType(_module_name(path))
+    module.__dict__.update(names)
+    return module
+
+
+def _contract_target(path: Path, module, step_name: str, inputs_name: str) -> Target:
     names = vars(module)
     if step_name in names:
         step = _as_tf_function(names[step_name], step_name, path)
         if inputs_name not in names:
-            raise TargetError(f"{path} defines `{step_name}` but no `{inputs_name}` (the step's arguments, a tuple); "
-                              f"found: {', '.join(_public_names(module)) or 'nothing'}")
+            raise TargetError(_contract_missing(path, names, step_name, inputs_name))
         make_inputs = _inputs_factory(names[inputs_name], inputs_name, path)
         form = "step"
     elif "model" in names and "fit_kwargs" in names:
@@ -394,9 +426,7 @@ def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs"
         step, make_inputs = _keras_target(module, path)
         form = "keras"
     else:
-        raise TargetError(
-            f"{path} defines no `{step_name}`: define `{step_name}` (a tf.function) and `{inputs_name}`, or "
-            f"`model` (a compiled keras.Model) and `data`; found: {', '.join(_public_names(module)) or 'nothing'}")
+        raise TargetError(_contract_missing(path, names, step_name, inputs_name))
     target = Target(path=path, step=step, make_inputs=make_inputs, variables=None, form=form, module=module)
     if "batches" in names:
         if not callable(names["batches"]):
