@@ -345,7 +345,7 @@ def run_to_training(path: Path, argv: list[str], at: Point, steps: int) -> Caugh
         sys.argv, sys.stdout = saved_argv, saved_stdout
     what = {"any": "training call", "fit": f"Keras training call number {at.index}",
             "call": f"training step call number {at.index}", "step": f"call of the tf.function {at.name!r}"}[at.kind]
-    raise NoTrainingCall(f"run as it is, it made no {what} opbisect can take (Keras fit/train_on_batch, or a "
+    raise NoTrainingCall(f"run as it is, it ran to its end with no {what} opbisect can take (Keras fit/train_on_batch, or a "
                          f"tf.function that computes gradients and writes variables)", names)
 
 
