@@ -58,13 +58,13 @@ def setup(script: Path, device: str):
 
 
 def measure_capture(script: Path, device: str, repeats: int, runs: int, choices: list[str]) -> dict:
-    from opbisect.capture import fingerprint
+    from opbisect.capture import builder, fingerprint
     from opbisect.capture import taps as capture
     from opbisect.session import run_trace
     from opbisect.settings import TraceSettings
 
     tf, kind, target, args, trace = setup(script, device)
-    taps, _ = capture.tappable_tensors(trace)
+    taps, _ = builder.tappable_tensors(trace)
     plain = timed(lambda: trace.concrete(*args), repeats, sync_outputs)
     variants = {}
     for choice in choices:

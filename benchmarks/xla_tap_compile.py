@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     from opbisect.execute.prepared import setup_tensorflow
 
     tf, _ = setup_tensorflow(args.device)
-    from opbisect.capture import fingerprint
+    from opbisect.capture import builder, fingerprint, importer
     from opbisect.capture import taps as capture
     from opbisect.targets.loader import load_target
     from opbisect.trace.trace import trace_step
@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
     if not trace.jit_compile:
         print("the step does not compile with XLA (OPBISECT_XLA=1 makes the examples do)")
         return 2
-    taps, _ = capture.tappable_tensors(trace)
+    taps, _ = builder.tappable_tensors(trace)
     fp = fingerprint.WeightedSumFingerprinter()
 
     start = time.perf_counter()
@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
 
     start = time.perf_counter()
     b, tapped, _, _, _ = capture.instrumented_graph_def(trace, taps, fp, (), True, True)
-    importer = capture.step_importer(trace, b.gd, b.register, list(tapped))
+    importer = importer.step_importer(trace, b.gd, b.register, list(tapped))
     raw = tf.function(lambda *feeds: importer(*feeds), autograph=False, jit_compile=True)
     outputs = raw(*trace.flat_args(batch))
     raw_first = time.perf_counter() - start

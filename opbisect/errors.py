@@ -56,7 +56,7 @@ class CannotTest(OpbisectError):
 
 
 class GraphCheckError(OpbisectError):
-    """`OpGraph.check()` found the traced graph unusable; the message says how to fix it."""
+    """`preflight.graph_findings` found the traced graph unusable; the message says how to fix it."""
 
     exit_code = EXIT_CANNOT_TEST
 

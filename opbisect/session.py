@@ -89,6 +89,7 @@ def experiment(settings: TraceSettings) -> tuple[Record, dict]:
 
 
 def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
+    from .capture import builder
     from .capture import taps as capture
     from .execute.runner import Feeder, Runner, pinned_options
     from .execute.steps import analyse_steps
@@ -107,12 +108,12 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     if agree.count > 1 and target.fit is not None:
         raise CannotTest("--workers runs the step form and the model/data form; the fit form's model.fit is not "
                          "kept in step across workers yet")
-    findings = step.findings + trace.graph.check() + preflight.checks(trace, target)
+    findings = step.findings + preflight.checks(trace, target)
     lap("check the graph")
     state_fps, restored, start = step.state_fps, step.restored, step.snapshot()
-    taps, skipped = capture.tappable_tensors(trace)
+    taps, skipped = builder.tappable_tensors(trace)
     tapped = set(taps)
-    results = [t for t in result_tensors(trace) if t in tapped or capture.fused_by_xla(trace, t)]
+    results = [t for t in result_tensors(trace) if t in tapped or builder.fused_by_xla(trace, t)]
     pinned = pinned_options(settings.pin_grappler and not trace.jit_compile)  # XLA: no grappler to pin
     steps = settings.steps
     if target.form == "fit" and steps == 1:

@@ -105,6 +105,13 @@ def keras_of(model):
     return keras
 
 
+def function_class():
+    """tf.function's class (its __call__ is what every call of a tf.function goes through)."""
+    from tensorflow.python.eager.polymorphic_function import polymorphic_function
+
+    return polymorphic_function.Function
+
+
 def keras_lines() -> list:
     """The Keras packages installed here, imported: Keras 3 (`keras`) and Keras 2 (`tf_keras`), either may be
     missing. Importing tf_keras does not make tf.keras Keras 2: TF_USE_LEGACY_KERAS, read when tf.keras is first

@@ -393,7 +393,7 @@ def test_max_runs_no_more_than_runs_is_a_usage_error(capsys, tmp_path):
 
 
 def test_an_error_summary_is_the_line_that_says_what_went_wrong():
-    from opbisect.targets.loader import error_summary
+    from opbisect.targets.user_errors import error_summary
 
     # a graph-execution error in TensorFlow's layout, the line saying what went wrong after the "stack traces
     # unavailable" placeholder (on the H200 in session 16 the summary kept only that placeholder)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from opbisect.capture import taps as capture
+from opbisect.capture import builder
 
 from conftest import EXAMPLES, cli, trace, until_it_fires
 
@@ -244,7 +244,7 @@ def test_under_xla_fused_ops_are_not_tapped_and_a_source_behind_them_is_still_na
     assert {"Sum", "RandomUniform"} <= tapped_types
     assert not tapped_types & {"Mul", "AddN", "Tanh", "ReadVariableOp", "AssignSubVariableOp"}
     assert "AddN" in types.values()
-    assert t.record.skipped[capture.FUSED_BY_XLA] >= 5
+    assert t.record.skipped[builder.FUSED_BY_XLA] >= 5
     assert t.row("random_uniform/RandomUniform")["downstream_differing"] >= 2  # the sum, the write
 
 

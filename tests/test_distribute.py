@@ -161,14 +161,14 @@ def test_a_source_in_each_replica_of_strategy_run_is_named_there(tmp_path, finge
 # node, its device and the devices of the tensors it digests.
 FUSED_PLACEMENT = """
 import json, sys
-from opbisect.capture import fingerprint, taps
+from opbisect.capture import builder, fingerprint, taps
 from opbisect.targets.loader import load_target
 from opbisect.trace.trace import trace_step
 
 target = load_target(sys.argv[1])
 trace = trace_step(target, target.make_inputs())
 fused, _ = fingerprint.for_device("cpu", choice="fused")
-b = taps.instrumented_graph_def(trace, taps.tappable_tensors(trace)[0], fused)[0]
+b = taps.instrumented_graph_def(trace, builder.tappable_tensors(trace)[0], fused)[0]
 nodes = [n for n in b.gd.node if n.op == "OpbisectFingerprint"]
 print(json.dumps([[n.device, sorted({b.nodes[i.split(":")[0]].device for i in n.input})] for n in nodes]))
 """

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from opbisect.capture import fingerprint
+from opbisect.capture import builder, fingerprint
 from opbisect.capture import taps as capture
 from opbisect.capture.values import BodyValues, UnfixedShape
 from opbisect.execute import steps
@@ -112,7 +112,7 @@ def test_an_output_the_table_calls_workspace_is_not_compared_and_what_reads_it_i
     _with_workspace(monkeypatch, "PyFunc", {1})
     t = run_step(SCRATCH, runs=3, replay=False)
     assert (t.code, t.sources) == (0, [])
-    assert t.record.skipped[capture.WORKSPACE] == 1
+    assert t.record.skipped[builder.WORKSPACE] == 1
 
 
 def test_a_replay_and_its_reproducer_compare_only_the_outputs_with_a_defined_value(monkeypatch, tmp_path):

@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 
 from opbisect import tfcompat
-from opbisect.capture import fingerprint
+from opbisect.analysis.preflight import graph_findings
+from opbisect.capture import builder, fingerprint
 from opbisect.capture import taps as capture
 from opbisect.errors import GraphCheckError
 from opbisect.ir.graph import OpGraph
@@ -116,7 +117,7 @@ def test_nested_tf_functions_are_inlined_with_their_creation_sites(tmp_path):
     assert any(graph.op_type(op) == "AssignAddVariableOp" for op in inner_ops)
     sq = next(op for op in inner_ops if op.endswith("/sq"))
     assert graph.site(sq).startswith("model_step.py:") and "in inner" in graph.site(sq)
-    assert graph.data_inputs(sq) and graph.check() == []
+    assert graph.data_inputs(sq) and graph_findings(graph) == []
 
 
 def test_instrumented_nested_step_matches_the_plain_step(tmp_path):
@@ -126,7 +127,7 @@ def test_instrumented_nested_step_matches_the_plain_step(tmp_path):
     plain = float(trace.concrete(*args))
     after_plain = v.numpy().copy()
     v.assign(start)
-    taps, _ = capture.tappable_tensors(trace)
+    taps, _ = builder.tappable_tensors(trace)
     inst = capture.build(trace, taps, fingerprint.FarmhashFingerprinter(), full=["StatefulPartitionedCall/sq:0"])
     fps, outs, full, _ = inst(args)
     assert float(outs[0]) == plain and np.array_equal(v.numpy(), after_plain)
@@ -158,7 +159,7 @@ def test_under_xla_the_taps_digested_together_after_the_import_are_each_taps_own
     trace, args = traced(tmp_path, NESTED.replace("@tf.function\ndef step", "@tf.function(jit_compile=True)\ndef step"))
     assert trace.jit_compile
     v, start = trace.variables["v"], trace.variables["v"].numpy().copy()
-    taps, _ = capture.tappable_tensors(dataclasses.replace(trace, jit_compile=False, tappable={}))  # fused ones too
+    taps, _ = builder.tappable_tensors(dataclasses.replace(trace, jit_compile=False, tappable={}))  # fused ones too
     fp = fingerprint.WeightedSumFingerprinter()
     grouped = capture.build(trace, taps, fp)
     stamped = capture.build(dataclasses.replace(trace, jit_compile=False), taps, fp)  # a digest node per tap
@@ -169,7 +170,7 @@ def test_under_xla_the_taps_digested_together_after_the_import_are_each_taps_own
     assert len(digests[0]) == len(taps) > 5 and digests[0] == digests[1]
     nodes = [[n.name for n in inst.fn.get_concrete_function(*trace.arg_specs()).graph.as_graph_def().node]
              for inst in (grouped, stamped)]
-    stamped_here = [sum(f"{capture.PREFIX}/tap/" in name for name in names) for names in nodes]
+    stamped_here = [sum(f"{builder.PREFIX}/tap/" in name for name in names) for names in nodes]
     assert stamped_here[0] == 0 and stamped_here[1] >= len(taps)  # grouped: no digest node stamped next to a tap
 
 
@@ -220,11 +221,11 @@ def test_check_refuses_a_graph_with_a_cycle_and_notes_opaque_control_flow():
     g.add_op("a", type="While", outputs=[("float32", "()")])
     g.add_op("b", type="Neg", outputs=[("float32", "()")])
     g.add_data_edge("a", 0, "b", 0)
-    notes = g.check()
+    notes = graph_findings(g)
     assert len(notes) == 1 and notes[0].level == "note" and "1 While kept opaque" in notes[0].message
     g.add_data_edge("b", 0, "a", 0)
     with pytest.raises(GraphCheckError, match="cycle"):
-        g.check()
+        graph_findings(g)
 
 
 def test_graph_round_trips_through_json(tmp_path):
@@ -247,7 +248,7 @@ def test_any_number_of_taps_packs_into_one_vector_in_tap_order(tmp_path, n):
 
         inputs = (tf.constant([0.5, 0.25]),)
         """)
-    taps, _ = capture.tappable_tensors(trace)
+    taps, _ = builder.tappable_tensors(trace)
     chosen = (taps * 2)[:n]  # the same tensor may be tapped twice
     fp = fingerprint.FarmhashFingerprinter()
     fps, _, full, _ = capture.build(trace, chosen, fp, full=chosen)(args)
@@ -306,7 +307,7 @@ def test_fused_capture_returns_digests_in_tap_order(tmp_path, host_split):
 
         inputs = (tf.constant([0.5, 0.25]),)
         """)
-    taps, _ = capture.tappable_tensors(trace)
+    taps, _ = builder.tappable_tensors(trace)
     fused, _ = fingerprint.for_device("cpu", choice="fused")
     fused.host_dtypes = frozenset({"int32"}) if host_split else frozenset()
     fps, _, full, _ = capture.build(trace, taps, fused, full=taps)(args)
@@ -467,7 +468,7 @@ def test_the_pinned_options_set_the_memory_optimizer_off_for_every_call_inside_e
     from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
     from tensorflow.python.eager import context
 
-    from opbisect.capture.taps import UNOPTIMIZED
+    from opbisect.capture.importer import UNOPTIMIZED
     from opbisect.settings import PINNED_GRAPPLER
     from opbisect.tfcompat import grappler_options
 
@@ -561,6 +562,6 @@ def test_a_batch_norm_reserve_space_is_not_tapped_and_is_counted_as_workspace(tm
 
         inputs = (tf.ones([4, 3, 3, 2]),)
         """)
-    taps, skipped = capture.tappable_tensors(trace)
+    taps, skipped = builder.tappable_tensors(trace)
     assert [t for t in taps if t.startswith("bn:")] == [f"bn:{port}" for port in range(5)]
-    assert skipped[capture.WORKSPACE] == 1
+    assert skipped[builder.WORKSPACE] == 1

@@ -7,8 +7,13 @@ from __future__ import annotations
 import os
 import sys
 
+import networkx as nx
+
 from .. import tfcompat
+from ..errors import GraphCheckError
 from ..ir import optypes
+from ..ir.graph import OPAQUE_STATE, OpGraph
+from ..ir.ids import TensorRef
 from ..patches.registry import CUDNN_SWITCH, switch_on
 from ..record.model import Finding
 from ..words import listed
@@ -18,12 +23,57 @@ _STATEFUL_IN_FUNCTIONS = (optypes.with_role(optypes.RANDOM) | optypes.with_role(
 
 
 def checks(trace, target) -> list[Finding]:
-    found = unseeded_random_ops(trace.graph)
+    found = graph_findings(trace.graph) + unseeded_random_ops(trace.graph)
     if target.dataset is not None:
         found += dataset_findings(target.dataset)
     found += environment_findings(trace.graph, bool(trace.jit_compile))
     found += distribute_findings(trace.graph)
     return found
+
+
+def graph_findings(graph: OpGraph) -> list[Finding]:
+    """Findings about the traced graph itself; raises GraphCheckError when it cannot be analysed. Messages say
+    how to fix."""
+    findings = []
+    if not nx.is_directed_acyclic_graph(graph.g):
+        cycle = " -> ".join(u for u, _, *_ in nx.find_cycle(graph.g))
+        raise GraphCheckError(f"the traced graph has a cycle ({cycle}); this is an opbisect bug: please report it "
+                              f"with the script")
+    for op in graph.g.nodes:
+        for tid in graph.data_inputs(op):
+            ref = TensorRef.parse(tid)
+            if ref.port >= len(graph.g.nodes[ref.op]["outputs"]):
+                raise GraphCheckError(f"op {op} reads {tid}, which {ref.op} does not produce; opbisect bug")
+    opaque = {}
+    entered = {info["op"] for info in graph.regions.values()}
+    for op in graph.g.nodes:
+        t = graph.op_type(op)
+        if (optypes.has(t, optypes.CONTROL_FLOW) and op not in entered) or optypes.has(t, optypes.CALL):
+            opaque[t] = opaque.get(t, 0) + 1
+    if opaque:
+        kinds = ", ".join(f"{n} {t}" for t, n in sorted(opaque.items()))
+        why = graph.g.graph.get("opaque_reason", "its body is not visible")
+        findings.append(Finding("note", f"{kinds} kept opaque ({why}): a source inside it is reported as that op"))
+    by_var: dict[str, list[str]] = {}
+    for op in graph.g.nodes:
+        for _, var in graph.written(op):
+            by_var.setdefault(var, []).append(op)
+    order = graph.g
+    for var, ws in by_var.items():
+        for i, a in enumerate(ws):
+            for b in ws[i + 1:]:
+                if not (nx.has_path(order, a, b) or nx.has_path(order, b, a) or graph.exclusive(a, b)):
+                    findings.append(Finding("warning", f"{a} and {b} both write {var} with no order between "
+                                                       f"them: the program itself races; order them with "
+                                                       f"tf.control_dependencies"))
+    unrestorable = sorted({op for op in graph.g.nodes if any(v == OPAQUE_STATE for _, v in graph.resources(op))
+                           and graph.attrs(op).get("stateful") and not optypes.has(graph.op_type(op), optypes.INPUT)})
+    if unrestorable:
+        shown = listed(unrestorable, 5)
+        findings.append(Finding("warning", f"{len(unrestorable)} ops use state opbisect cannot restore between "
+                                           f"runs (not a tf.Variable): {shown}; if they differ they show as "
+                                           f"kind 'state': keep such state in tf.Variables"))
+    return findings
 
 
 def unseeded_random_ops(graph) -> list[Finding]:

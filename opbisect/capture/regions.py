@@ -23,7 +23,8 @@ capture nodes added) and put in the step's function library; no Python name is p
 from __future__ import annotations
 
 from ..ir.ids import TensorRef
-from .taps import PREFIX, _GraphDefBuilder, digest_vector, graph_importer, tap_specs, tappable_tensors
+from .builder import PREFIX, GraphDefBuilder, digest_vector, tap_specs, tappable_tensors
+from .importer import graph_importer
 
 INDEX = f"{PREFIX}/index"  # placeholder in a rebuilt body: the index of its current execution
 LOOP_ROWS = 512  # under XLA: the executions of a body inside a loop fingerprinted per step
@@ -72,7 +73,7 @@ def _append(matrix, row, rows: int | None):
     return tf.tensor_scatter_nd_update(matrix, [[0, 0]], tf.reshape(ran + 1, [1])), ran
 
 
-def rewrite_control_flow(b: _GraphDefBuilder, trace, scope: str, fingerprinter, index: str,
+def rewrite_control_flow(b: GraphDefBuilder, trace, scope: str, fingerprinter, index: str,
                          matrices: dict[str, str], values=None) -> dict[str, str]:
     """Rewire every entered loop and branch op of `scope` (whose GraphDef `b` holds). `index` is the spec of the
     current execution's index of `scope`, `matrices` the specs of the matrices of the bodies nested in it (as they
@@ -132,7 +133,7 @@ def rewrite_control_flow(b: _GraphDefBuilder, trace, scope: str, fingerprinter, 
     return out
 
 
-def slot_zeros(b: _GraphDefBuilder, trace, values, names: dict[str, str]) -> None:
+def slot_zeros(b: GraphDefBuilder, trace, values, names: dict[str, str]) -> None:
     """For the step's top level, once every body is traced (which fixes each slot's shape): each threaded slot's
     value before its body runs, zeros, as the node `names` gives it in b's GraphDef."""
     import numpy as np
@@ -164,7 +165,7 @@ def _dtypes(values, graph, slots: list[str], enum: bool = True) -> list:
     return [d.as_datatype_enum for d in dtypes] if enum else dtypes
 
 
-def empty_matrices(b: _GraphDefBuilder, trace) -> tuple[str, dict[str, str]]:
+def empty_matrices(b: GraphDefBuilder, trace) -> tuple[str, dict[str, str]]:
     """For the step's top level: the index 0 and an empty matrix per entered body, as Consts in b's GraphDef."""
     import tensorflow as tf
     from tensorflow.core.framework import attr_value_pb2, tensor_pb2
@@ -191,7 +192,7 @@ def _signature(trace, region, report: list[str], shapes_of: dict, slots: list[st
             + [tf.TensorSpec(None, dtype) for dtype in _dtypes(values, trace.graph, slots, enum=False)])
 
 
-def _body_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes_of: dict, fingerprinter,
+def _body_function(b: GraphDefBuilder, trace, region, report: list[str], shapes_of: dict, fingerprinter,
                    loop: bool, values=None) -> str:
     """Trace the rebuilt body of `region`; its FunctionDef (and those it calls) go in b's library. Its name."""
     import numpy as np
@@ -199,7 +200,7 @@ def _body_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes
 
     graph = trace.graph
     taps = tappable_tensors(trace, region.id)[0]
-    rb = _GraphDefBuilder(region.graph_def)
+    rb = GraphDefBuilder(region.graph_def)
     spec = tap_specs(rb, graph, region.id, taps)
     fps, layout = digest_vector(rb, graph, [(spec(t), graph.dtype(t)) for t in taps], fingerprinter)
     inner = graph.subregions(region.id)[1:]  # the bodies nested in this one
@@ -244,7 +245,7 @@ def _body_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes
     return _into_library(b, fn.get_concrete_function())
 
 
-def _cond_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes_of: dict, slots: list[str],
+def _cond_function(b: GraphDefBuilder, trace, region, report: list[str], shapes_of: dict, slots: list[str],
                    values) -> str:
     """The loop's condition, taking (and ignoring) the extra loop variables."""
     import tensorflow as tf
@@ -260,7 +261,7 @@ def _cond_function(b: _GraphDefBuilder, trace, region, report: list[str], shapes
     return _into_library(b, tf.function(fn, input_signature=sig, autograph=False).get_concrete_function())
 
 
-def _into_library(b: _GraphDefBuilder, concrete) -> str:
+def _into_library(b: GraphDefBuilder, concrete) -> str:
     """Put a traced function, and every function it calls, in b's GraphDef library; its name."""
     b.functions.append(concrete)
     have = {f.signature.name for f in b.gd.library.function}

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from ..errors import CannotTest, InternalError, TargetError
 from ..record.model import InstrumentedRuns, Trajectory
 from ..settings import PINNED_GRAPPLER
-from ..targets.loader import error_summary, user_traceback
+from ..targets.user_errors import error_summary, user_traceback
 from ..tfcompat import grappler_options
 
 

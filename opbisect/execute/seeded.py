@@ -90,7 +90,7 @@ def _rewritten_step(trace, ops: list[str]):
     variables it reads."""
     import tensorflow as tf
 
-    from ..capture.taps import step_importer
+    from ..capture.importer import step_importer
     from ..patches.rewrite import rewrite
 
     unchanged = rewrite(trace, {}, edit_bodies=False)  # the step's GraphDef, its functions registered on import

@@ -113,7 +113,7 @@ def measure(call: Callable, args: tuple, restore: Callable, fingerprint: Callabl
             else:
                 out.spread = max(out.spread, difference(out.first, values).max_abs_diff)
     except Exception as exc:  # noqa: BLE001 - a variant that cannot run is a finding, e.g. no deterministic kernel
-        from ..targets.loader import error_summary
+        from ..targets.user_errors import error_summary
 
         out.error = error_summary(exc)
     return out

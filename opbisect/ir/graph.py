@@ -16,9 +16,6 @@ from functools import cached_property
 
 import networkx as nx
 
-from ..errors import GraphCheckError
-from ..record.model import Finding
-from ..words import listed
 from . import optypes
 from .ids import TensorRef
 
@@ -189,50 +186,6 @@ class OpGraph:
 
     def site(self, op: str) -> str:
         return self.g.nodes[op].get("site", "")
-
-    # -- checks ------------------------------------------------------------------------------------------
-    def check(self) -> list[Finding]:
-        """Findings about the graph; raises GraphCheckError when it cannot be analysed. Messages say how to fix."""
-        findings = []
-        if not nx.is_directed_acyclic_graph(self.g):
-            cycle = " -> ".join(u for u, _, *_ in nx.find_cycle(self.g))
-            raise GraphCheckError(f"the traced graph has a cycle ({cycle}); this is an opbisect bug: please report it "
-                                  f"with the script")
-        for op in self.g.nodes:
-            for tid in self.data_inputs(op):
-                ref = TensorRef.parse(tid)
-                if ref.port >= len(self.g.nodes[ref.op]["outputs"]):
-                    raise GraphCheckError(f"op {op} reads {tid}, which {ref.op} does not produce; opbisect bug")
-        opaque = {}
-        entered = {info["op"] for info in self.regions.values()}
-        for op in self.g.nodes:
-            t = self.op_type(op)
-            if (optypes.has(t, optypes.CONTROL_FLOW) and op not in entered) or optypes.has(t, optypes.CALL):
-                opaque[t] = opaque.get(t, 0) + 1
-        if opaque:
-            kinds = ", ".join(f"{n} {t}" for t, n in sorted(opaque.items()))
-            why = self.g.graph.get("opaque_reason", "its body is not visible")
-            findings.append(Finding("note", f"{kinds} kept opaque ({why}): a source inside it is reported as that op"))
-        by_var: dict[str, list[str]] = {}
-        for op in self.g.nodes:
-            for _, var in self.written(op):
-                by_var.setdefault(var, []).append(op)
-        order = self.g
-        for var, ws in by_var.items():
-            for i, a in enumerate(ws):
-                for b in ws[i + 1:]:
-                    if not (nx.has_path(order, a, b) or nx.has_path(order, b, a) or self.exclusive(a, b)):
-                        findings.append(Finding("warning", f"{a} and {b} both write {var} with no order between "
-                                                           f"them: the program itself races; order them with "
-                                                           f"tf.control_dependencies"))
-        unrestorable = sorted({op for op in self.g.nodes if any(v == OPAQUE_STATE for _, v in self.resources(op))
-                               and self.attrs(op).get("stateful") and not optypes.has(self.op_type(op), optypes.INPUT)})
-        if unrestorable:
-            shown = listed(unrestorable, 5)
-            findings.append(Finding("warning", f"{len(unrestorable)} ops use state opbisect cannot restore between "
-                                               f"runs (not a tf.Variable): {shown}; if they differ they show as "
-                                               f"kind 'state': keep such state in tf.Variables"))
-        return findings
 
     # -- persistence -------------------------------------------------------------------------------------
     def to_json(self) -> dict:

@@ -16,7 +16,7 @@ class PatchedStep:
         bodies are traced again around calls of the patches, which that trace can enter, not edited."""
         import tensorflow as tf
 
-        from ..capture.taps import step_importer
+        from ..capture.importer import step_importer
 
         if choice.unmatched:
             raise UsageError(f"--patch names {len(choice.unmatched)} op(s) this step does not have, e.g. "
@@ -51,7 +51,7 @@ class PatchedStep:
         traces, to find the sources the patched ones hid."""
         import tensorflow as tf
 
-        from ..capture.taps import step_importer
+        from ..capture.importer import step_importer
 
         retraced = self.rewrite if not self.rewrite.bodies else \
             rewrite(self.trace, self.choice.by_region(), edit_bodies=False)  # a trace cannot enter an edited body

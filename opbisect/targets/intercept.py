@@ -32,6 +32,7 @@ from typing import Any
 
 from .. import tfcompat
 from ..errors import TargetError, Terminated, UsageError
+from .user_errors import error_summary, user_traceback
 
 GRADIENT_MARKS = ("gradient_tape/", "gradients/")  # name scopes of the ops tf.GradientTape and tf.gradients make
 WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceApply", "ResourceSparseApply",
@@ -103,13 +104,18 @@ def defined_names(path: Path) -> set[str] | None:
     return names
 
 
+def has_contract(names: dict, step_name: str, inputs_name: str) -> bool:
+    """Whether `names` hold the target contract: `step` and `inputs` (as named), or `model` with `data` or
+    `fit_kwargs`."""
+    return {step_name, inputs_name} <= set(names) or ("model" in names and bool({"data", "fit_kwargs"} & set(names)))
+
+
 def defines_contract(path: Path, step_name: str = "step", inputs_name: str = "inputs") -> bool:
     """Whether the script defines the target contract at its top level (read, not run): `step` and `inputs`, or
     `model` with `data` or `fit_kwargs`. A source that does not parse goes to the loader, which says why."""
-    from .loader import _has_contract
 
     names = defined_names(path)
-    return True if names is None else _has_contract(dict.fromkeys(names), step_name, inputs_name)
+    return True if names is None else has_contract(dict.fromkeys(names), step_name, inputs_name)
 
 
 class _Hooks:
@@ -133,6 +139,14 @@ class _Hooks:
                       output=self.output.getvalue(), **parts)
 
     # -- Keras: fit and train_on_batch each call make_train_function, then the train function on an iterator -----
+    def make_train_function(self, model, make, args, kwargs):
+        made = make(model, *args, **kwargs)  # Keras 2 returns it, Keras 3 only sets model.train_function
+        instead = self.train_function(model)
+        if instead is None:
+            return made
+        model.train_function = instead
+        return instead
+
     def train_function(self, model):
         """The train function to run in place of the model's on this fit or train_on_batch call, or None."""
         self.fits += 1
@@ -179,11 +193,11 @@ class _Hooks:
                 graph = function.get_concrete_function(*args, **kwargs).graph
             except Exception:  # noqa: BLE001 - the call itself will raise it, as the script would see it
                 return False
-            self.judged[key] = _trains(graph)
+            self.judged[key] = trains(graph)
         return self.judged[key]
 
 
-def _trains(graph) -> bool:
+def trains(graph) -> bool:
     """Whether a function graph (or one it calls) computes gradients and writes variables."""
     graphs, grads, writes = [graph], False, False
     while graphs:
@@ -224,9 +238,10 @@ def _put_back(saved: list) -> None:
 
 
 @contextlib.contextmanager
-def _hooked(hooks):
-    from tensorflow.python.eager.polymorphic_function import polymorphic_function
-
+def hooked(hooks):
+    """Within: every Keras model's make_train_function (both Keras lines) goes through
+    `hooks.make_train_function(model, make, args, kwargs)`, and every tf.function call through
+    `hooks.step_call(function, args, kwargs, call)`; both put back after, whatever happens."""
     patched = []
 
     def patch(owner, name, make):
@@ -236,14 +251,7 @@ def _hooked(hooks):
 
     def make_train_function(original):
         def hooked(self, *args, **kwargs):
-            if isinstance(hooks, _PatchHooks):
-                return hooks.make_train_function(self, original, args, kwargs)
-            made = original(self, *args, **kwargs)  # Keras 2 returns it, Keras 3 only sets self.train_function
-            instead = hooks.train_function(self)
-            if instead is None:
-                return made
-            self.train_function = instead
-            return instead
+            return hooks.make_train_function(self, original, args, kwargs)
         return hooked
 
     def function_call(original):
@@ -253,53 +261,12 @@ def _hooked(hooks):
 
     for keras in tfcompat.keras_lines():
         patch(keras.Model, "make_train_function", make_train_function)
-    patch(polymorphic_function.Function, "__call__", function_call)
+    patch(tfcompat.function_class(), "__call__", function_call)
     try:
         yield
     finally:
         for owner, name, original in reversed(patched):
             setattr(owner, name, original)
-
-
-class _PatchHooks:
-    """`opbisect run`: every training step of the script gets the ops `spec` names replaced (opbisect.deterministic):
-    each Keras model before its train function is made, each custom loop's step at its first call."""
-
-    def __init__(self, spec: str):
-        self.spec = spec
-        self.steps: dict[int, Any] = {}  # id(tf.function) -> its patched form, or None for a function that trains not
-        self.busy = False  # patching a step traces it: its own calls are not the script's
-
-    def make_train_function(self, model, make, args, kwargs):
-        from ..fix import deterministic
-
-        if getattr(model, "opbisect_patched", None) is None:
-            deterministic(model, self.spec)
-        return make(model, *args, **kwargs)
-
-    def step_call(self, function, args, kwargs, call):
-        import tensorflow as tf
-
-        if self.busy or not tf.executing_eagerly() or kwargs:
-            return call()
-        key = id(function)
-        if key not in self.steps:
-            self.busy = True
-            try:
-                trains = _trains(function.get_concrete_function(*args).graph)
-                from ..fix import deterministic
-
-                self.steps[key] = deterministic(function, self.spec) if trains else None
-            finally:
-                self.busy = False
-        patched = self.steps[key]
-        if patched is None:
-            return call()
-        self.busy = True
-        try:
-            return patched(*args)
-        finally:
-            self.busy = False
 
 
 class _Tee(io.TextIOBase):
@@ -319,7 +286,6 @@ class _Tee(io.TextIOBase):
 def run_to_training(path: Path, argv: list[str], at: Point, steps: int) -> Caught:
     """Run the script as `python path argv...` until its training call `at`; what it took there. A script that
     ends, or exits, with no such call cannot be tested (TargetError)."""
-    from .loader import error_summary, user_traceback
 
     path = Path(path)
     output = io.StringIO()
@@ -328,7 +294,7 @@ def run_to_training(path: Path, argv: list[str], at: Point, steps: int) -> Caugh
     sys.argv = [str(path), *argv]
     sys.stdout = _Tee(sys.stdout, output)  # the script's output is shown (on stderr's side of the report) and kept
     try:
-        with _hooked(hooks):
+        with hooked(hooks):
             names = runpy.run_path(str(path), run_name="__main__")
     except Intercepted as got:
         return got.caught
@@ -345,8 +311,8 @@ def run_to_training(path: Path, argv: list[str], at: Point, steps: int) -> Caugh
         sys.argv, sys.stdout = saved_argv, saved_stdout
     what = {"any": "training call", "fit": f"Keras training call number {at.index}",
             "call": f"training step call number {at.index}", "step": f"call of the tf.function {at.name!r}"}[at.kind]
-    raise NoTrainingCall(f"run as it is, it ran to its end with no {what} opbisect can take (Keras fit/train_on_batch, or a "
-                         f"tf.function that computes gradients and writes variables)", names)
+    raise NoTrainingCall(f"run as it is, it ran to its end with no {what} opbisect can take (Keras "
+                         f"fit/train_on_batch, or a tf.function that computes gradients and writes variables)", names)
 
 
 class NoTrainingCall(TargetError):
@@ -355,25 +321,3 @@ class NoTrainingCall(TargetError):
     def __init__(self, message: str, names: dict):
         super().__init__(message)
         self.names = names
-
-
-def run_patched(path: Path, argv: list[str], spec: str) -> int:
-    """`opbisect run --patch SPEC script -- ARGS`: the script's whole training, as `python script ARGS` runs it, with
-    only the ops SPEC names replaced in its training steps; the script's exit code (125 where it raised)."""
-    from ..errors import EXIT_CANNOT_TEST
-
-    saved_argv = list(sys.argv)
-    sys.argv = [str(path), *argv]
-    try:
-        with _hooked(_PatchHooks(spec)):
-            runpy.run_path(str(path), run_name="__main__")
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except (KeyboardInterrupt, Terminated):
-        raise
-    except BaseException:  # noqa: BLE001 - the user's own code raised: show it, as python would
-        traceback.print_exc()
-        return EXIT_CANNOT_TEST
-    finally:
-        sys.argv = saved_argv
-    return 0

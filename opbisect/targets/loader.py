@@ -11,17 +11,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
-import itertools
-import linecache
-import re
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .. import tfcompat
 from ..errors import CannotTest, TargetError, Terminated, UsageError
+from . import intercept
+from .user_errors import error_summary, user_traceback
 
 
 @dataclasses.dataclass
@@ -42,62 +40,6 @@ class Target:
     @property
     def name(self) -> str:
         return self.path.stem
-
-
-def user_traceback(exc: BaseException, path: Path) -> str:
-    """What the user needs of `exc`'s traceback: the frames from their script on, without opbisect's own.
-
-    Errors raised while tracing carry the user's frames in their message ("in user code:"), and errors raised
-    while running the graph name where the failing op was defined; for those the message's frames in the
-    script are shown instead of TensorFlow's internals.
-    """
-    frames = traceback.extract_tb(exc.__traceback__)
-    here = path.resolve()
-    start = next((i for i, f in enumerate(frames) if Path(f.filename).resolve() == here), None)
-    if start is not None:
-        lines = ["Traceback (most recent call last):\n"] + traceback.format_list(frames[start:])
-        if isinstance(exc, SyntaxError):  # the offending line is in the exception, not in a frame
-            lines += traceback.format_exception_only(type(exc), exc)
-        else:
-            lines.append(f"{type(exc).__name__}: {exc}\n")
-        return "".join(lines)
-    if isinstance(exc, SyntaxError):
-        return "".join(traceback.format_exception_only(type(exc), exc))
-    text = str(exc)
-    if "in user code:" in text:
-        return text.strip() + "\n"
-    shown = []
-    for line in text.splitlines():
-        if line.strip().startswith("File ") and str(here) in line:
-            shown.append(line.rstrip() + "\n")
-            number = line.split(", line ")[-1].split(",")[0]
-            if number.isdigit():
-                source = linecache.getline(str(here), int(number)).strip()
-                if source:
-                    shown.append(f"    {source}\n")
-    return ("The failing op was created at:\n" + "".join(shown)) if shown else ""
-
-
-def error_summary(exc: BaseException) -> str:
-    """'<type>: <the one line of its text that says what went wrong>'."""
-    name = type(exc).__name__
-    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(exc).splitlines()]
-    lines = [line for line in lines if line]
-    if not lines:
-        return name
-    at = 0
-    if "in user code:" in lines[0]:  # after the frames: "ValueError: the batch is empty"
-        at = max((i for i, x in enumerate(lines) if x.startswith(name + ":")), default=len(lines) - 1)
-    elif lines[0].startswith("Graph execution error"):
-        body = [i for i, x in enumerate(lines)
-                if i and not x.startswith(("File ", "Detected at", "[[", "[Op:", "<stack traces unavailable>"))]
-        at = body[0] if body else 0
-    line = lines[at]
-    if "Exception encountered when calling" in line and at + 1 < len(lines):
-        # a Keras layer's wrapper: Keras' own message follows (one or more lines), then the layer's arguments
-        said = itertools.takewhile(lambda x: not x.startswith("Arguments received"), lines[at + 1:])
-        line = " ".join(said) or line
-    return line if line.startswith(name + ":") else f"{name}: {line}"
 
 
 def _module_name(path: Path) -> str:
@@ -375,8 +317,6 @@ def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs"
     """The target of `path`: what it defines (the target contract), or, for a script that defines none of it, its
     training call, taken while the script runs as `python path argv...` (targets/intercept.py; `at` picks the
     call, `steps` the batches or calls taken)."""
-    from . import intercept
-
     path = Path(path)
     if path.is_file() and not intercept.defines_contract(path, step_name, inputs_name):
         try:
@@ -385,7 +325,7 @@ def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs"
             # no training call: the contract after all, where the script defined it in a way its source hides
             # (globals().update(runpy.run_path(...)))
             module = _as_module(path, exc.names)
-            if not _has_contract(exc.names, step_name, inputs_name):
+            if not intercept.has_contract(exc.names, step_name, inputs_name):
                 raise TargetError(f"{_contract_missing(path, exc.names, step_name, inputs_name)}; {exc}") from None
             return _contract_target(path, module, step_name, inputs_name)
         return intercepted_target(path, caught)
@@ -393,10 +333,6 @@ def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs"
         raise UsageError(f"--at picks a training call of a script run as it is; {path} defines the target contract "
                          f"(`{step_name}` and `{inputs_name}`, or `model`)")
     return _contract_target(path, load_module(path), step_name, inputs_name)
-
-
-def _has_contract(names: dict, step_name: str, inputs_name: str) -> bool:
-    return {step_name, inputs_name} <= set(names) or ("model" in names and bool({"data", "fit_kwargs"} & set(names)))
 
 
 def _as_module(path: Path, names: dict):

@@ -21,7 +21,8 @@ from ..errors import TargetError
 from ..ir import optypes
 from ..ir.graph import OPAQUE_STATE, OpGraph
 from ..ir.ids import op_id
-from ..targets.loader import Target, error_summary, user_traceback
+from ..targets.loader import Target
+from ..targets.user_errors import error_summary, user_traceback
 from .inline import Origin, inline_calls
 
 _LIBRARY_DIRS = tuple(os.sep + d + os.sep for d in ("tensorflow", "keras", "site-packages", "dist-packages",
