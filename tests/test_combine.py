@@ -1,6 +1,6 @@
 """opbisect's combine and scatter ops (`OpbisectCombine`, `OpbisectScatterCombine`, opbisect/kernels/combine.h),
 through their CPU kernels: the GPU kernels add in the same order, and the H200 runs check the two bit for bit
-(reports/h200/session10/check_combine.py, reports/h200/session11/check_scatter.py). Here: the distinct keys and their
+(benchmarks/check_combine.py, benchmarks/check_scatter.py). Here: the distinct keys and their
 exact sums, the padding, every dtype, the documented order of the adds (what makes the result the same on every
 run), and the scatter's writes: in place, only into rows in range, never into a tensor read before."""
 
