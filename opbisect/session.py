@@ -6,11 +6,13 @@ Each stage is its own module and decides what it can; this one wires them and st
       ReportFolder.prepare()          record/store.py    (an unusable --out fails before any run)
       experiment(settings)                               (or across_processes(settings): P children;
                                                           across_workers(settings): N workers in lockstep)
-        load_target                   targets/loader.py
-        trace_step, check, preflight  trace/, ir/graph.py, analysis/preflight.py
-        Runner.plain / .fit           execute/runner.py  (the verdict's evidence)
-        facts.grappler_choice         analysis/facts.py
-        analyse_steps                 execute/steps.py   (capture/taps.py, analysis/compare.py, magnitude.py)
+        prepare                       execute/prepared.py (loaded or intercepted, traced, seeded ops restarted,
+                                                          patched, snapshotted: what verify shares)
+        preflight.checks              analysis/preflight.py
+        FitPass, PlainPass            execute/passes.py  (the verdict's evidence; PlainPass pinned: the baseline)
+        _analysis_passes              here               (which passes run, in what order: the grappler choice)
+        AnalysisPass                  execute/passes.py -> execute/steps.py (capture/, analysis/compare.py,
+                                                          magnitude.py, replay/)
         sources, rank, facts          analysis/
       report.write(record, folder)    report/            (one Reporter per view)
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import sys
 import time
 from pathlib import Path
@@ -91,8 +94,8 @@ def experiment(settings: TraceSettings) -> tuple[Record, dict]:
 def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     from .capture import builder
     from .capture import taps as capture
+    from .execute.passes import AnalysisPass, Bench, FitPass, PlainPass
     from .execute.runner import Feeder, Runner, pinned_options
-    from .execute.steps import analyse_steps
     from .execute.workers import Agreement
 
     lap = Laps()
@@ -110,7 +113,6 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
                          "kept in step across workers yet")
     findings = step.findings + preflight.checks(trace, target)
     lap("check the graph")
-    state_fps, restored, start = step.state_fps, step.restored, step.snapshot()
     taps, skipped = builder.tappable_tensors(trace)
     tapped = set(taps)
     results = [t for t in result_tensors(trace) if t in tapped or builder.fused_by_xla(trace, t)]
@@ -118,35 +120,25 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
     steps = settings.steps
     if target.form == "fit" and steps == 1:
         steps = target.steps_available  # every step of the fit, unless --steps says fewer
-    feeder = Feeder(target, steps)
 
     with progress_display(settings.progress) as progress:
-        runner = Runner(trace, target, state_fps, step.value_fps, progress, lap)
+        bench = Bench(Runner(trace, target, step.state_fps, step.value_fps, progress, lap), Feeder(target, steps),
+                      step.snapshot(), lap)
         inst = capture.build(trace, taps, fp)
         lap("build the instrumented step")
+        fit_pass, plain_pass = FitPass(bench, target.fit), PlainPass(bench)
+        pinned_pass = PlainPass(bench, pinned, "uninstrumented step, grappler pinned")
+        analysis = AnalysisPass(bench, trace, inst, fp, results, settings.magnitude_runs,
+                                settings.replay_runs if settings.replay else 0, device_name(kind), agree)
         runs, unsettled = settings.runs, ""
         while True:
-            fit_runs = runner.fit(start, target.fit, runs, "model.fit") if target.fit else None
-            default_runs = runner.plain(start, feeder, runs, None, "uninstrumented step")
-            lap("plain passes (and model.fit)")
-
-            def analyse(options, runs=runs, default_runs=default_runs):
-                done = analyse_steps(runner, trace, feeder, start, inst, fp, runs,
-                                     settings.magnitude_runs or runs, options, results,
-                                     default_runs.differing_batches(), settings.replay_runs if settings.replay else 0,
-                                     device_name(kind), agree)
-                lap("op analysis: the reference's steps")
-                return done
-
-            def pinned_pass(runs=runs):
-                done = runner.plain(start, feeder, runs, pinned, "uninstrumented step, grappler pinned")
-                lap("plain passes (and model.fit)")
-                return done
-
+            fit_runs, default_runs = fit_pass.run(runs), plain_pass.run(runs)
             speculate = agree.all("speculate", steps == 1 and fit_runs is None
                                   and default_runs.first_differing_step() is None)
-            analysed, pinned_runs, choice = _analysis_passes(analyse, pinned_pass, default_runs, pinned, speculate,
-                                                             agree, bool(trace.jit_compile))
+            analysed, pinned_runs, choice = _analysis_passes(
+                functools.partial(analysis.run, runs, differing_batches=default_runs.differing_batches()),
+                functools.partial(pinned_pass.run, runs), default_runs, pinned, speculate, agree,
+                bool(trace.jit_compile))
             plain = pinned_runs if pinned_runs is not None and choice.config == "pinned" else default_runs
             unsettled = unsettled or facts.unsettled(default_runs, fit_runs, choice,
                                                      facts.observer_effect(plain.at(1), analysed[0][0].instrumented))
@@ -159,7 +151,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
                 looked_harder=unsettled if runs > settings.runs else "", timings=lap.laps, patched=step.patched,
                 mirrored=trace.mirrors, replicas=replica_count(trace.graph),
                 fingerprinter=fp.name, fingerprint=fp.key, jit_compile=bool(trace.jit_compile),
-                ops=len(trace.graph), variables=len(trace.variables), restored_variables=len(restored),
+                ops=len(trace.graph), variables=len(trace.variables), restored_variables=len(step.restored),
                 initial_state=step.initial_state, seconds=round(time.time() - started, 2),
                 intercepted=intercepted_facts(target.intercepted), **environment(tf, kind))
     plain = pinned_runs if pinned_runs is not None and choice.config == "pinned" else default_runs
@@ -197,7 +189,8 @@ def intercepted_facts(caught) -> dict:
 
 def _analysis_passes(analyse, pinned_pass, default_runs, pinned: dict | None, speculate: bool, agree,
                      xla: bool) -> tuple:
-    """(analysed, the pinned plain pass or None, the grappler choice).
+    """(analysed, the pinned plain pass or None, the grappler choice). `analyse(options)` runs the analysis pass
+    under grappler `options`, `pinned_pass()` the plain pass under pinned grappler.
 
     The pinned plain pass is the baseline of the analysis under pinned grappler. When the uninstrumented step gave
     one result (`speculate`: one step, no model.fit), the analysis runs first under pinned grappler: if the
