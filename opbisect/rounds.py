@@ -6,7 +6,8 @@
                                                   process under the family switches the ops with no rewrite need
         until a round's step is reproducible, a round names nothing new, or --max-rounds
       verify                                      `opbisect verify --patch <every round's CSV>`, a fresh process
-      patch.csv, fix.json, summary.txt            every patched op with its round; the record; the lines to add
+      patch.csv, fix.json, summary.txt,           every patched op with its round; the record; the lines to add;
+      report.html                                 the rounds and verify's costs on one page (report/fix_html.py)
 
 A source hides the sources after it (its difference reaches them, so they cannot be told apart): the LM head's
 cross-entropy hid two BiasAddGrads and Adam's segment sums, ResNet50 needed four rounds. Each round traces the
@@ -24,13 +25,16 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pydantic
 
 from .errors import EXIT_CLEAN, EXIT_FOUND
 from .ir.optypes import KIND_REMEDIES
-from .patches.registry import PATCHES, switches_on
+from .patches.registry import has_rewrite, switch_of, switches_on
 from .patches.selection import FIX_CSV_NAME as PATCH_CSV
 from .record import store
 from .record.fixing import AS_WRITTEN, Fix, Round
+from .record.verification import Verification
+from .report import fix_html
 from .settings import FixSettings
 from .words import listed, printable
 
@@ -44,18 +48,20 @@ def run_fix(settings: FixSettings, echo=print) -> int:
     settings.validate()
     folder = store.ReportFolder(settings.out, f"{settings.script.stem}-fix", str(script_path(settings.script)))
     with folder.prepare():
-        fix, patch = _fix(settings, folder.staging, folder.final, echo if settings.progress else lambda line: None)
+        fix, patch, verified = _fix(settings, folder.staging, folder.final,
+                                    echo if settings.progress else lambda line: None)
         folder.write(PATCH_CSV, patch.to_csv(index=False))
         folder.write(RECORD, json.dumps(dataclasses.asdict(fix), indent=1))
         folder.write(TEXT, "\n".join(lines(fix)) + "\n")
+        folder.write(fix_html.FILENAME, fix_html.page(fix, verified))
         final = folder.commit()
     for line in lines(fix, final):
         echo(line)
     return fix.exit_code
 
 
-def _fix(settings: FixSettings, staging: Path, final: Path, say) -> tuple[Fix, pd.DataFrame]:
-    """The rounds, then verify: the record and patch.csv's rows."""
+def _fix(settings: FixSettings, staging: Path, final: Path, say) -> tuple[Fix, pd.DataFrame, Verification | None]:
+    """The rounds, then verify: the record, patch.csv's rows, and verify's record (None where none ran)."""
     stem = settings.script.stem
     rounds: list[Round] = []
     found: list[pd.DataFrame] = []
@@ -99,9 +105,9 @@ def _fix(settings: FixSettings, staging: Path, final: Path, say) -> tuple[Fix, p
               stopped=stopped, switches=_switches(found))
     if rounds[0].exit_code == EXIT_CLEAN:
         fix.recommendation = AS_WRITTEN
-        return fix, patch
+        return fix, patch, None
     if patch.empty:
-        return fix, patch
+        return fix, patch, None
     patch_csv = staging / PATCH_CSV
     patch.to_csv(patch_csv, index=False)  # verify reads it there; the folder keeps it (written again, the same)
     say(f"verify: --patch {PATCH_CSV} ({len(patch)} op(s)), {settings.verify_runs} runs of each variant")
@@ -114,7 +120,7 @@ def _fix(settings: FixSettings, staging: Path, final: Path, say) -> tuple[Fix, p
     chosen = next((v for v in decided["variants"] if v["name"] == fix.recommendation), None)
     fix.recommended_ratio = chosen["ratio"] if chosen else None
     fix.lines = keep_lines(fix.recommendation, fix.form, final / PATCH_CSV)
-    return fix, patch
+    return fix, patch, pydantic.TypeAdapter(Verification).validate_python(decided)
 
 
 def _common(settings: FixSettings) -> list[str]:
@@ -128,7 +134,7 @@ def _switches(found: list[pd.DataFrame]) -> list[str]:
     """The family switches the sources found so far need: those with no rewrite (cuDNN's MaxPoolGrad), and those
     this process's environment already sets (the user's)."""
     types = {t for rows in found for t in rows.get("op_type", [])}
-    needed = {PATCHES[t].switch for t in types if t in PATCHES and PATCHES[t].build is None and PATCHES[t].switch}
+    needed = {switch_of(t) for t in types if switch_of(t) and not has_rewrite(t)}
     return sorted(needed | set(switches_on()))
 
 

@@ -145,7 +145,7 @@ def _variant(name: str, how: str, measured, plain=None, comparable: bool = True)
 def experiment(settings: VerifySettings) -> Verification:
     from .analysis.preflight import autotuned_convolutions
     from .execute.prepared import environment
-    from .patches import PATCHES
+    from .patches.registry import has_rewrite, switch_of
     from .patches.selection import choose
     from .patches.step import PatchedStep
     from .targets.loader import importable
@@ -177,8 +177,8 @@ def experiment(settings: VerifySettings) -> Verification:
                     (_variant(PATCHED, f"{len(patched.replaced)} op(s) replaced by opbisect's patches", fixed, plain),
                      fixed)]
         types = {step.trace.graph.op_type(op) for op in choice.ops}
-        switches = sorted({PATCHES[t].switch for t in types if t in PATCHES and PATCHES[t].switch})
-        needed = sorted({PATCHES[t].switch for t in types if t in PATCHES and PATCHES[t].build is None})
+        switches = sorted({switch_of(t) for t in types if switch_of(t)})
+        needed = sorted({switch_of(t) for t in types if switch_of(t) and not has_rewrite(t)})
         reference = settings.cpu_reference == "on" or (settings.cpu_reference == "auto" and step.kind == "gpu")
         measured += _children(settings, step, plain, switches, needed, reference)
     variants = _against_reference([v for v, _ in measured], [m for _, m in measured])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from opbisect.capture import builder
+from opbisect.ir.graph import OpGraph
 
 from conftest import EXAMPLES, cli, trace, until_it_fires
 
@@ -124,7 +125,7 @@ def test_reads_after_a_nondeterministic_write_are_not_sources(run_step):
     assert t.code == 1
     assert t.sources == ["EagerPyFunc"]
     assert t.row("EagerPyFunc")["kind"] == "write"
-    graph, differing = t.record.op_graph, set(t.record.analyses[0].differing)
+    graph, differing = OpGraph.from_json(t.record.graph), set(t.record.analyses[0].differing)
     reads_after = [op for op in graph.ops if graph.op_type(op) == "ReadVariableOp" and graph.prior_writes(op, "table")]
     assert reads_after and all(f"{op}:0" in differing for op in reads_after)  # they differ, yet are no source
     assert t.row("EagerPyFunc")["downstream_differing"] >= len(reads_after) + 2
@@ -181,7 +182,7 @@ def test_bert_like_model_data_form_traces_the_models_own_train_step(tmp_path):
     t = trace(EXAMPLES / "bert_like_fit.py", tmp_path, runs=3)
     assert t.code == 0 and t.csv.empty
     assert t.record.meta.form == "keras"
-    ops = set(t.record.op_graph.ops)
+    ops = set(OpGraph.from_json(t.record.graph).ops)
     assert any("Adam" in op or "adam" in op for op in ops)  # the compiled optimizer's update is in the step
 
 

@@ -64,3 +64,14 @@ def test_a_planted_circle_is_found(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
     graph = import_graph()
     assert [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1] == [["opbisect.a", "opbisect.b"]]
+
+
+def test_the_ir_and_the_record_import_nothing_above_them():
+    """ir/ (the graph and the op-type table) and record/ (what is stored) sit at the bottom: every other layer
+    reads them, and they read only each other, the errors and the words."""
+    graph = import_graph()
+    allowed = ("opbisect.ir", "opbisect.record", "opbisect.errors", "opbisect.words")
+    upward = sorted((m, n) for m, n in graph.edges if m.startswith(("opbisect.ir", "opbisect.record"))
+                    and not n.startswith(allowed))
+    assert upward == []
+    assert ("opbisect.record.store", "opbisect.ir.graph") in graph.edges  # the walk saw these modules' imports

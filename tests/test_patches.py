@@ -362,10 +362,11 @@ def test_a_family_switch_is_read_as_tensorflow_reads_it(monkeypatch, value, on):
     assert switch_on(CUDNN_SWITCH) is on and switches_on() == ([CUDNN_SWITCH] if on else [])
 
 
-def test_the_op_type_table_names_the_family_switch_of_the_types_only_a_switch_fixes():
-    from opbisect.ir import optypes
+def test_the_patch_library_names_the_family_switch_of_the_types_only_a_switch_fixes():
+    from opbisect.patches.registry import has_rewrite, remedy, switch_of
 
-    assert optypes.info("MaxPoolGrad").switch == "TF_CUDNN_DETERMINISTIC" and not optypes.info("MaxPoolGrad").patch
-    assert optypes.info("UnsortedSegmentSum").switch == "TF_USE_DETERMINISTIC_SEGMENT_REDUCTIONS"
-    assert optypes.info("BiasAddGrad").switch == "" and optypes.info("BiasAddGrad").patch
-    assert "TF_CUDNN_DETERMINISTIC=1" in optypes.remedy("MaxPoolGrad", "op")
+    assert switch_of("MaxPoolGrad") == "TF_CUDNN_DETERMINISTIC" and not has_rewrite("MaxPoolGrad")
+    assert switch_of("UnsortedSegmentSum") == "TF_USE_DETERMINISTIC_SEGMENT_REDUCTIONS"
+    assert switch_of("BiasAddGrad") == "" and has_rewrite("BiasAddGrad")
+    assert "TF_CUDNN_DETERMINISTIC=1" in remedy("MaxPoolGrad", "op")
+    assert "opbisect verify" in remedy("BiasAddGrad", "op") and "=1" not in remedy("BiasAddGrad", "op")

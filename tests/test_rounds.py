@@ -5,12 +5,15 @@ registers a planted patch for their op type (the noise left out), as the patch l
 from __future__ import annotations
 
 import json
+from xml.etree import ElementTree
 
 import pandas as pd
 
 from opbisect.cli import main
 
 from conftest import NOISE_STEP, write_script
+
+XHTML = {"x": "http://www.w3.org/1999/xhtml", "s": "http://www.w3.org/2000/svg"}
 
 HIDDEN_BEHIND = """
 from opbisect.patches.registry import PATCHES, register
@@ -60,6 +63,14 @@ def test_fix_finds_what_a_source_hid_round_by_round_and_verifies_the_patch(tmp_p
     assert fix["recommendation"] == "patched" and fix["verify"] == "verify/hidden-verify"
     assert any(str(folder / "patch.csv") in line for line in fix["lines"])
     assert (folder / "round2" / "hidden" / "sources.csv").is_file()
+    page = ElementTree.parse(folder / "report.html").getroot()  # the fix's page: the rounds, verify's costs
+    rows = page.findall(".//x:tr[@data-round]", XHTML)
+    assert [(int(r.get("data-round")), int(r.get("data-exit"))) for r in rows] == [(1, 1), (2, 1), (3, 0)]
+    verified = json.loads((folder / fix["verify"] / "verification.json").read_text())
+    shown = {r.get("data-variant"): r.get("data-reproducible") for r in page.findall(".//x:tr[@data-variant]", XHTML)}
+    assert shown == {v["name"]: str(v["runs"] >= 2 and v["distinct"] == 1 and not v["error"]).lower()
+                     for v in verified["variants"]}
+    assert page.find(".//x:figure/s:svg", XHTML) is not None  # the cost plot
     # the fix's patch.csv (or its folder) is what --patch takes
     assert main(["verify", str(script), "--patch", str(folder), "--runs", "3", "--timing-runs", "0",
                  "--no-switches", "--out", str(tmp_path / "v")]) == 0
@@ -70,6 +81,9 @@ def test_fix_of_a_reproducible_step_needs_one_round_and_no_verify(tmp_path):
     assert _fix(script, tmp_path / "r") == 0
     fix = json.loads((tmp_path / "r" / "steady-fix" / "fix.json").read_text())
     assert len(fix["rounds"]) == 1 and fix["recommendation"] == "as written" and fix["verify"] == ""
+    page = ElementTree.parse(tmp_path / "r" / "steady-fix" / "report.html").getroot()
+    assert page.find(".//x:p[@data-verdict]", XHTML).get("data-exit") == "0"
+    assert page.findall(".//x:tr[@data-variant]", XHTML) == []  # no verify ran: no variants shown
 
 
 def test_fix_stops_at_a_source_no_patch_fixes_and_exits_1(tmp_path):

@@ -8,7 +8,6 @@ race of the shipped example is checked too: its patched step must be reproducibl
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 
@@ -18,7 +17,6 @@ import pytest
 import tensorflow as tf
 
 import opbisect
-from opbisect.ir import optypes
 from opbisect.patches import PATCHES, Patch
 from opbisect.record.verification import CPU_REFERENCE, GLOBAL, PATCHED, PLAIN
 from opbisect.settings import VerifySettings
@@ -116,7 +114,6 @@ def test_trace_with_patch_finds_the_source_the_patched_one_hid(tmp_path, monkeyp
         return [tf.identity(x)]
 
     monkeypatch.setitem(PATCHES, "PyFunc", Patch("PyFunc", build, "identity (test only)"))
-    monkeypatch.setitem(optypes.TABLE, "PyFunc", dataclasses.replace(optypes.info("PyFunc"), patch="PyFunc"))
     script = write_script(tmp_path, "model_step", HIDDEN_BEHIND)
     first = trace(script, tmp_path / "first", runs=3, replay=False)
     assert first.sources == ["first"]
@@ -159,7 +156,6 @@ def test_verify_runs_through_the_step_where_the_csvs_sources_first_differed(tmp_
     """fit_epochs: the race fires on the second batch only, so a verify of the first step alone saw the plain step
     reproducible and proved nothing."""
     monkeypatch.setitem(PATCHES, "PyFunc", Patch("PyFunc", lambda ctx, x, on: [tf.identity(x)], "test only"))
-    monkeypatch.setitem(optypes.TABLE, "PyFunc", dataclasses.replace(optypes.info("PyFunc"), patch="PyFunc"))
     script = write_script(tmp_path, "model_step", FROM_STEP_3)
     first = trace(script, tmp_path / "first", steps=4, runs=3, replay=False)
     assert first.sources == ["jitter"] and first.row("jitter")["first_step"] == 3

@@ -31,7 +31,7 @@ def _opbisect(*args, cwd=None) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("example, args", [("keras3_fit", ["--epochs", "3"]), ("tf_keras_fit", ["2"]),
-                                           ("custom_loop", ["--epochs", "2"])])
+                                           ("custom_loop", ["--epochs", "2"]), ("custom_train_step", [])])
 def test_an_unmodified_script_gets_the_fresh_process_oracles_verdict(tmp_path, example, args):
     script = ZERO / f"{example}.py"
     assert _python(script, *args) == _python(script, *args)  # the oracle: reproducible on a CPU

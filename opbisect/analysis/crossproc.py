@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..ir.graph import OpGraph
 from ..ir.optypes import KIND_REMEDIES
 from ..ir.unroll import unroll
 from ..record.model import CrossProcess, Finding, Record, Source, Trajectory
@@ -86,8 +87,8 @@ def _synthetic_runs(records: list[Record], alignments: list[Alignment], step: in
 
 def cross_process(records: list[Record], seeds: list[str]) -> tuple[CrossProcess, list[Finding], list[Source]]:
     base = records[0]
-    graph = base.op_graph
-    alignments = [align(graph, r.op_graph) for r in records[1:]]
+    graph = OpGraph.from_json(base.graph)
+    alignments = [align(graph, OpGraph.from_json(r.graph)) for r in records[1:]]
     reordered = sorted({a for al in alignments for a, _ in al.reordered})
     steps = min(r.default.steps for r in records)
     differing = [_first_runs_differ([r.default for r in records], k) for k in range(1, steps + 1)]

@@ -6,10 +6,9 @@ import collections
 import functools
 import re
 
-from ..ir import optypes
 from ..ir.graph import OpGraph
 from ..ir.ids import split_op_id
-from ..ir.optypes import remedy
+from ..patches.registry import has_rewrite, remedy, switch_of
 from ..record.model import Finding, Magnitude, Replay, Source
 from .compare import SourceOp
 
@@ -115,12 +114,12 @@ def hidden_behind(findings: list[Finding], sources: list[Source], script: str, p
     process's record (of --processes, --workers or --replicas), is replaced."""
     findings = [f for f in findings if _HIDDEN not in f.message]
     spreading = [s for s in sources if s.kind in ("op", "write") and s.downstream_differing
-                 and (optypes.info(s.op_type).patch or optypes.info(s.op_type).switch)]
+                 and (has_rewrite(s.op_type) or switch_of(s.op_type))]
     if not spreading:
         return findings
     first, more = spreading[0], len(spreading) - 1
     also = f" (as do ops after {more} more source(s) with a fix)" if more else ""
-    needed = {optypes.info(s.op_type).switch for s in spreading if not optypes.info(s.op_type).patch}
+    needed = {switch_of(s.op_type) for s in spreading if not has_rewrite(s.op_type)}
     env = "".join(f"{name}=1 " for name in sorted(needed | set(switches_on)))
     return findings + [Finding("note", f"{first.downstream_differing} op(s) after {first.op_name} differ because it "
                                        f"does{also}, so a source among them {_HIDDEN}: `{env}opbisect trace "

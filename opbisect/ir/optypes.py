@@ -13,8 +13,6 @@ Every rule that depends on an op's type reads this table (as JAX's rule tables a
   assignments; no reduction, no atomics, so its inputs and the state it reads fix its result bit for bit), and the
   tf.data roles PARALLEL_DATASET and SHUFFLE_DATASET;
 - remedy: one line on what to do when an op of this type is a source;
-- patch: the key of its deterministic replacement in the patch library (empty while there is none);
-- switch: TensorFlow's family switch that makes the type deterministic (an environment variable), where one exists;
 - generator: for a stateful random op, the stateless op that draws the very same numbers from the key and counter
   that RngReadAndSkip reads from a state variable and moves on (as tf.random.Generator draws: Philox, state
   [0, seed2, seed] is where the op's kernel starts in a fresh process; checked bit for bit on the CPU for each op
@@ -39,9 +37,7 @@ class OpType:
     name: str
     roles: frozenset = frozenset()
     remedy: str = ""
-    patch: str = ""
     workspace: frozenset = frozenset()  # output ports
-    switch: str = ""
     generator: str = ""
 
 
@@ -159,16 +155,13 @@ _WORKSPACE: dict[str, tuple[int, ...]] = {
 
 
 def _build() -> dict[str, OpType]:
-    from ..patches.registry import PATCHES
-
     roles: dict[str, set] = {}
     for role, names in _ROLES.items():
         for name in names:
             roles.setdefault(name, set()).add(role)
     return {name: OpType(name, frozenset(roles.get(name, ())), _REMEDIES.get(name, ""),
-                         name if name in PATCHES and PATCHES[name].build else "", frozenset(_WORKSPACE.get(name, ())),
-                         PATCHES[name].switch if name in PATCHES else "", _GENERATORS.get(name, ""))
-            for name in sorted(set(roles) | set(_REMEDIES) | set(PATCHES) | set(_WORKSPACE))}
+                         frozenset(_WORKSPACE.get(name, ())), _GENERATORS.get(name, ""))
+            for name in sorted(set(roles) | set(_REMEDIES) | set(_WORKSPACE) | set(_GENERATORS))}
 
 
 TABLE: dict[str, OpType] = _build()
@@ -239,21 +232,3 @@ def body_functions(op_type: str, attr) -> list[tuple[str, str]]:
 
 def loops(op_type: str) -> bool:
     return _BODIES.get(op_type, ((), False))[1]
-
-
-PATCH_REMEDY = ("or replace only this op: `opbisect verify <script> --patch <report>/sources.csv` measures the "
-                "patch against the switch, `opbisect.deterministic(step_or_model, <the CSV>)` applies it")
-
-
-def switch_remedy(switch: str) -> str:
-    return (f"or only its family: {switch}=1 in the environment before TensorFlow starts (`opbisect verify <script> "
-            f"--patch <report>/sources.csv` measures it against the global switch)")
-
-
-def remedy(op_type: str, kind: str) -> str:
-    """What to do about a source of this type and kind."""
-    if kind in KIND_REMEDIES:
-        return KIND_REMEDIES[kind]
-    t = info(op_type)
-    fix = PATCH_REMEDY if t.patch else switch_remedy(t.switch) if t.switch else ""
-    return "; ".join(p for p in (t.remedy, fix) if p)

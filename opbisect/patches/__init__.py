@@ -9,7 +9,7 @@
 Importing this package imports no TensorFlow; the patches import it when they are traced.
 """
 
-from . import dense, reductions  # noqa: F401  (they fill the registry; opbisect.ir.optypes reads it)
+from . import dense, reductions  # noqa: F401  (they fill the registry)
 from .registry import PATCHES, Patch, PatchContext
 
 __all__ = ["PATCHES", "Patch", "PatchContext"]

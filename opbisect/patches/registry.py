@@ -15,6 +15,8 @@ import dataclasses
 import os
 from collections.abc import Callable
 
+from ..ir import optypes
+
 SEGMENT_SWITCH = "TF_USE_DETERMINISTIC_SEGMENT_REDUCTIONS"
 CUDNN_SWITCH = "TF_CUDNN_DETERMINISTIC"
 
@@ -71,3 +73,30 @@ def switch_only(op_types: tuple[str, ...], switch: str, how: str) -> None:
     """Op types with no rewrite, that a family switch makes deterministic."""
     for t in op_types:
         PATCHES[t] = Patch(t, None, how, switch)
+
+
+def has_rewrite(op_type: str) -> bool:
+    """Whether the patch library replaces ops of this type (a family switch alone does not count)."""
+    return op_type in PATCHES and PATCHES[op_type].build is not None
+
+
+def switch_of(op_type: str) -> str:
+    """TensorFlow's family switch that makes ops of this type deterministic (an environment variable), or ''."""
+    return PATCHES[op_type].switch if op_type in PATCHES else ""
+
+
+PATCH_REMEDY = ("or replace only this op: `opbisect verify <script> --patch <report>/sources.csv` measures the "
+                "patch against the switch, `opbisect.deterministic(step_or_model, <the CSV>)` applies it")
+
+
+def switch_remedy(switch: str) -> str:
+    return (f"or only its family: {switch}=1 in the environment before TensorFlow starts (`opbisect verify <script> "
+            f"--patch <report>/sources.csv` measures it against the global switch)")
+
+
+def remedy(op_type: str, kind: str) -> str:
+    """What to do about a source of this type and kind."""
+    if kind in optypes.KIND_REMEDIES:
+        return optypes.KIND_REMEDIES[kind]
+    fix = PATCH_REMEDY if has_rewrite(op_type) else switch_remedy(switch_of(op_type)) if switch_of(op_type) else ""
+    return "; ".join(p for p in (optypes.info(op_type).remedy, fix) if p)

@@ -10,7 +10,6 @@ Tensor and op ids are spelled by opbisect.ir.ids.TensorRef.
 from __future__ import annotations
 
 import dataclasses
-from functools import cached_property
 
 RECORD_VERSION = 7
 
@@ -336,12 +335,6 @@ class Record:
     ladder: Ladder | None = None  # --replicas: the rungs and what they show (this record is the full rung's)
     seeded: list[SeededDraw] = dataclasses.field(default_factory=list)  # restarted every run; no checkpoint holds them
     version: int = RECORD_VERSION
-
-    @cached_property
-    def op_graph(self):
-        from ..ir.graph import OpGraph
-
-        return OpGraph.from_json(self.graph)
 
     @property
     def runs(self) -> int:

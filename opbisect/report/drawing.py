@@ -132,3 +132,27 @@ def steps_svg(record: Record) -> str | None:
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
     return _svg(fig)
+
+
+def costs_svg(variants) -> str | None:
+    """verify's variants (record/verification.Variant) as bars: each one's step time against the plain step's, its
+    95% interval, green where its runs gave the same bits, red where they did not (None when none was timed)."""
+    timed = [v for v in variants if v.ratio is not None and not v.reference]
+    if not timed:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 0.45 * len(timed) + 1.0))
+    ratios = [v.ratio for v in timed]
+    below = [v.ratio - v.ratio_low if v.ratio_low is not None else 0.0 for v in timed]
+    above = [v.ratio_high - v.ratio if v.ratio_high is not None else 0.0 for v in timed]
+    colours = ["#2e7d32" if v.reproducible else "#c62828" for v in timed]
+    rows = range(len(timed))
+    ax.barh(rows, ratios, xerr=[below, above], color=colours, alpha=0.85, capsize=3)
+    ax.axvline(1.0, color="#757575", linestyle="--", linewidth=1)
+    ax.set_yticks(list(rows), [v.name for v in timed], fontsize=8)
+    ax.invert_yaxis()
+    if max(ratios) / max(min(ratios), 1e-9) > 20:  # a switch at 50x would flatten every other bar
+        ax.set_xscale("log")
+    ax.set_xlabel("step time against the plain step (x); green: bitwise reproducible, red: not")
+    ax.grid(axis="x", alpha=0.3)
+    return _svg(fig)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from html import escape
 
-from ..ir.optypes import remedy
+from ..ir.graph import OpGraph
+from ..ir.optypes import KIND_REMEDIES
 from ..record.model import Record, Runs, Source
 from . import drawing, text
 
@@ -120,10 +121,10 @@ def _detail(s: Source) -> str:
         if parts else ""
 
 
-def _neighbourhood(record: Record, s: Source) -> str:
+def _neighbourhood(record: Record, graph: OpGraph, s: Source) -> str:
     # A body's tensor differs if it differs at any execution: the drawing is of the graph, not of one iteration.
     differing = {t.partition("@")[0] for t in record.analyses[min(s.first_step, len(record.analyses)) - 1].differing}
-    svg = drawing.neighbourhood_svg(record.op_graph, s, differing)
+    svg = drawing.neighbourhood_svg(graph, s, differing)
     return (f'<figure data-op="{escape(s.op_name)}" data-rank="{s.rank}"><figcaption>#{s.rank} '
             f"<code>{escape(s.op_name)}</code> ({escape(s.op_type)}), step {s.first_step}</figcaption>{svg}</figure>")
 
@@ -133,9 +134,10 @@ def _neighbourhoods(record: Record) -> str:
         return ""
     legend = "".join(f'<span class="key" style="background:{fill};border-color:{edge}">{escape(role)}</span>'
                      for role, (fill, edge) in drawing.ROLES.items())
+    graph = OpGraph.from_json(record.graph)  # once for every source's drawing
     return (f'<section id="neighbourhoods"><h2>Around each source</h2><p>{legend} inputs are identical in every '
             f"run; the source varies; downstream ops vary with it or stay identical.</p>"
-            + "".join(_neighbourhood(record, s) for s in record.sources) + "</section>")
+            + "".join(_neighbourhood(record, graph, s) for s in record.sources) + "</section>")
 
 
 def _steps(record: Record) -> str:
@@ -160,7 +162,7 @@ def _seeded(record: Record) -> str:
                    f"<td>{escape(d.restart)}</td></tr>" for d in record.seeded)
     return ('<section id="seeded"><h2>Seeded random ops</h2><p>Each run started them where a fresh process starts '
             'them, so they are no sources. Their place in the sequence is in no checkpoint: '
-            f'{escape(remedy("", "checkpoint"))}.</p><table><tr><th>op</th><th>type</th><th>created at</th>'
+            f'{escape(KIND_REMEDIES["checkpoint"])}.</p><table><tr><th>op</th><th>type</th><th>created at</th>'
             f'<th>started anew by</th></tr>{rows}</table></section>')
 
 

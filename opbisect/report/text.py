@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from ..ir.optypes import remedy
+from ..ir.optypes import KIND_REMEDIES
 from ..record.model import Record, Runs, Source
 from ..words import listed, printable
 
@@ -133,7 +133,7 @@ def seeded_lines(record: Record) -> list[str]:
            + (f" ({len(by_cache)} by clearing TensorFlow's kernel cache before every run: {listed(by_cache)})"
               if by_cache else ""),
            f"checkpoint: their place in that sequence is in no checkpoint: training resumed from one draws from the "
-           f"sequence's start again; {remedy('', 'checkpoint')}"]
+           f"sequence's start again; {KIND_REMEDIES['checkpoint']}"]
     out += [f"  {d.op_name} ({d.op_type})" + (f" at {d.site}" if d.site else "") for d in draws[:8]]
     if len(draws) > 8:
         out.append(f"  ... and {len(draws) - 8} more (report.json)")

@@ -1,0 +1,82 @@
+"""report.html of `opbisect fix`: one self-contained page read off fix.json and verify's verification.json: the
+rounds (what each found, what it patched, what was left), why they ended, verify's variants as a table and as a plot
+of their cost against the plain step, and the lines that keep the fix in a training script.
+
+Well-formed XHTML as well as HTML5, like the trace's page (report/html.py, whose style it shares); rows carry
+data-round and data-variant attributes for scripts and tests.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from ..record.fixing import AS_WRITTEN, Fix
+from ..record.verification import Variant, Verification
+from . import drawing
+from .html import CSS
+
+FILENAME = "report.html"
+
+
+def page(fix: Fix, verification: Verification | None) -> str:
+    verdict = "deterministic" if fix.recommendation else "nondeterministic"
+    said = (f"{fix.recommendation}, bitwise reproducible" if fix.recommendation and fix.recommendation != AS_WRITTEN
+            else "the step is bitwise reproducible as written" if fix.recommendation
+            else "no configuration was bitwise reproducible")
+    return ('<!DOCTYPE html>\n<html xmlns="http://www.w3.org/1999/xhtml" lang="en"><head><meta charset="utf-8"/>'
+            f"<title>opbisect fix {escape(fix.script)}</title><style>{CSS}</style></head><body>"
+            f"<h1>opbisect fix <code>{escape(fix.script)}</code></h1>"
+            f'<p class="verdict" data-verdict="{verdict}" data-exit="{fix.exit_code}">Recommendation: '
+            f"{escape(said)} (exit {fix.exit_code})</p>"
+            + _rounds(fix) + _verify(verification) + _keep(fix) + "</body></html>\n")
+
+
+def _rounds(fix: Fix) -> str:
+    rows = "".join(
+        f'<tr data-round="{r.number}" data-exit="{r.exit_code}"><td class="num">{r.number}</td>'
+        f"<td>{escape(' '.join(s + '=1' for s in r.switches)) or '-'}</td><td class=\"num\">{len(r.patched)}</td>"
+        f"<td>{'bitwise reproducible' if r.exit_code == 0 else _ops(r.sources)}</td><td>{_ops(r.new) or '-'}</td>"
+        f'<td class="num">{r.seconds}</td><td><code>{escape(r.report)}</code></td></tr>' for r in fix.rounds)
+    return ("<h2>Rounds</h2><p>Each round traces the step with every source of the rounds before it patched: a source "
+            "hides the sources after it.</p><div class=\"scroll\"><table><tr><th>round</th><th>switches</th>"
+            "<th>ops patched</th><th>sources</th><th>new</th><th>seconds</th><th>report</th></tr>"
+            f"{rows}</table></div><p data-stopped=\"\">Rounds ended: {escape(fix.stopped)}.</p>")
+
+
+def _ops(ops: list[str]) -> str:
+    return ", ".join(f"<code>{escape(op)}</code>" for op in ops)
+
+
+def _verify(verification: Verification | None) -> str:
+    if verification is None:
+        return ""
+    rows = "".join(
+        f'<tr data-variant="{escape(v.name)}" data-reproducible="{str(v.reproducible).lower()}">'
+        f"<td>{escape(v.name)}</td><td>{_runs(v)}</td>"
+        f'<td class="num">{"" if v.step_ms is None else f"{v.step_ms:.4g}"}</td><td class="num">{_ratio(v)}</td>'
+        f"<td>{escape(v.how)}</td></tr>" for v in verification.variants)
+    plot = drawing.costs_svg(verification.variants)
+    return (f"<h2>Verify: {verification.runs} runs of each variant</h2><div class=\"scroll\"><table><tr>"
+            "<th>variant</th><th>runs</th><th>ms a step</th><th>against the plain step (95%)</th><th>what runs</th>"
+            f"</tr>{rows}</table></div>" + (f"<figure>{plot}</figure>" if plot else "")
+            + f"<p>Recommended: {escape(verification.recommendation or 'none')}.</p>")
+
+
+def _runs(v: Variant) -> str:
+    if v.error:
+        return f"did not run: {escape(v.error)}"
+    return "bitwise reproducible" if v.reproducible else f"{v.distinct} distinct results in {v.runs}"
+
+
+def _ratio(v: Variant) -> str:
+    if v.ratio is None:
+        return ""
+    interval = f" [{v.ratio_low:.2f}-{v.ratio_high:.2f}]" if v.ratio_low is not None else ""
+    return f"{v.ratio:.2f}x{interval}"
+
+
+def _keep(fix: Fix) -> str:
+    if not fix.lines:
+        return ""
+    return ("<h2>To keep it, in the training script</h2><pre>"
+            + escape("\n".join(fix.lines)) + "</pre>")
