@@ -1,6 +1,6 @@
 """On the GPU: opbisect's combine op (opbisect/kernels/combine.h) against its CPU kernel bit for bit, its
 runs, the GPU scatter's treatment of index -1 (the padding the patches write there), and the patches built on it
-timed op alone, side by side with the plain op and with TensorFlow's sort-based kernels (an earlier form of the patches)."""
+timed op alone, side by side with the plain op and with TensorFlow's sort-based kernels (an earlier patch form)."""
 
 import os
 import sys
@@ -10,8 +10,8 @@ import numpy as np
 
 sys.path.insert(0, os.getcwd())
 from opbisect import kernels  # noqa: E402
-from opbisect.patches import PATCHES, PatchContext  # noqa: E402
 from opbisect.execute.prepared import setup_tensorflow  # noqa: E402
+from opbisect.patches import PATCHES, PatchContext  # noqa: E402
 
 tf, kind = setup_tensorflow(os.environ.get("CHECK_DEVICE", "gpu"))  # "cpu": a smoke run
 start = time.perf_counter()

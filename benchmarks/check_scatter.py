@@ -11,8 +11,8 @@ import numpy as np
 sys.path.insert(0, os.getcwd())
 from benchmarks.device_profile import kernel_times  # noqa: E402
 from opbisect import kernels  # noqa: E402
-from opbisect.patches import PATCHES, PatchContext  # noqa: E402
 from opbisect.execute.prepared import setup_tensorflow  # noqa: E402
+from opbisect.patches import PATCHES, PatchContext  # noqa: E402
 
 tf, kind = setup_tensorflow(os.environ.get("CHECK_DEVICE", "gpu"))  # "cpu": a smoke run
 start = time.perf_counter()

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = {"keras3_fit.py": ["--epochs", "3"], "tf_keras_fit.py": ["2"], "custom_loop.py": ["--epochs", "2"]}
+SCRIPTS = {"keras3_fit.py": ["--epochs", "3"], "tf_keras_fit.py": ["2"], "custom_loop.py": ["--epochs", "2"],
+           "custom_train_step.py": [], "racy_embedding_loop.py": []}
 
 PLAIN = """
 import sys
@@ -55,16 +56,16 @@ def main(argv: list[str]) -> int:
         for name, script_args in SCRIPTS.items():
             script = str(ROOT / "examples" / "zero_edit" / name)
             plain, whole = [], []
-            for _ in range(args.repeats):  # in turn: a drift of the machine's speed falls on both
+            for k in range(args.repeats):  # in turn: a drift of the machine's speed falls on both
                 plain.append(_seconds([sys.executable, "-c", PLAIN.format(root=str(ROOT), script=script,
                                                                           args=script_args)], tmp))
                 whole.append(_seconds([sys.executable, "-m", "opbisect", "trace", script, "--runs", "5",
-                                       "--no-replay", "--no-progress", "--out", tmp, "--", *script_args], tmp))
+                                       "--no-replay", "--no-progress", "--out", f"{tmp}/{k}", "--", *script_args], tmp))
             p, w = statistics.median(plain), statistics.median(whole)
             rows.append((name, p, w))
-    print(f"{'script':<18} {'plain s':>8} {'opbisect s':>11} {'ratio':>6}")
+    print(f"{'script':<24} {'plain s':>8} {'opbisect s':>11} {'ratio':>6}")
     for name, p, w in rows:
-        print(f"{name:<18} {p:8.2f} {w:11.2f} {w / p:6.2f}")
+        print(f"{name:<24} {p:8.2f} {w:11.2f} {w / p:6.2f}")
     return 0
 
 
