@@ -96,6 +96,19 @@ def test_training_stops_at_the_intercept_and_the_scripts_output_is_kept(tmp_path
     assert "starting ['5'" in (folder / "script_output.txt").read_text()
 
 
+def test_processes_run_the_script_to_the_same_call_in_each(tmp_path):
+    """--processes P: each fresh process runs the script, with its arguments, to the same training call."""
+    script = write_script(tmp_path, "loop", STOPPED)
+    marker = tmp_path / "trained"
+    done = _opbisect("trace", script, "--runs", "2", "--processes", "2", "--no-progress", "--out", tmp_path / "r",
+                     "--", "5", marker)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not marker.exists()
+    record = json.loads((tmp_path / "r" / "loop" / "record.json").read_text())
+    assert record["meta"]["processes"] == 2 and record["processes"]["processes"] == 2
+    assert (record["meta"]["intercepted"]["kind"], record["meta"]["intercepted"]["name"]) == ("step", "train_step")
+
+
 def test_at_picks_the_second_keras_training_call(tmp_path):
     script = write_script(tmp_path, "twice", """
 import keras
