@@ -86,7 +86,7 @@ def _fix(settings: FixSettings, staging: Path, final: Path, say) -> tuple[Fix, p
         say(round_line(rounds[-1]))
         if code == EXIT_CLEAN:
             stopped = (f"round {k}: the step is bitwise reproducible as written" if k == 1 else
-                       f"round {k}: the step with every source of rounds 1-{k - 1} patched is bitwise reproducible")
+                       f"round {k}: the step with every source of {_rounds_before(k)} patched is bitwise reproducible")
             break
         if not new:
             stopped = f"round {k} named no new source ({listed(list(rows['op_name']))} stay: no patch replaced them)"
@@ -121,6 +121,10 @@ def _fix(settings: FixSettings, staging: Path, final: Path, say) -> tuple[Fix, p
     fix.recommended_ratio = chosen["ratio"] if chosen else None
     fix.lines = keep_lines(fix.recommendation, fix.form, final / PATCH_CSV)
     return fix, patch, pydantic.TypeAdapter(Verification).validate_python(decided)
+
+
+def _rounds_before(k: int) -> str:
+    return "round 1" if k == 2 else f"rounds 1-{k - 1}"
 
 
 def _common(settings: FixSettings) -> list[str]:
