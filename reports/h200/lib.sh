@@ -1,9 +1,9 @@
-# Helpers for the session scripts (reports/h200/session*/run.sh from session 11 on): source it after setting
-# SESSION (e.g. session11) and PHASE. Results go to /root/$SESSION/$PHASE/, packed after every step into
-# $OUT/$SESSION-$PHASE.tgz (no .npz inputs, no record.json: the device returns at most a few MB).
-R=/root/$SESSION/$PHASE; mkdir -p "$R"
+# Helpers for a script run on the device machine: source it after setting NAME (the results folder) and PHASE.
+# Results go to /root/$NAME/$PHASE/, packed after every step into $OUT/$NAME-$PHASE.tgz (no .npz inputs, no
+# record.json: the device returns at most a few MB).
+R=/root/$NAME/$PHASE; mkdir -p "$R"
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
-pack() { tar czf "${OUT:-/tmp/out}/$SESSION-$PHASE.tgz" --exclude='*.npz' --exclude='record.json' -C "/root/$SESSION" "$PHASE"; }
+pack() { tar czf "${OUT:-/tmp/out}/$NAME-$PHASE.tgz" --exclude='*.npz' --exclude='record.json' -C "/root/$NAME" "$PHASE"; }
 run() {  # run NAME SECONDS COMMAND...: output to $R/NAME.txt, exit code and seconds to $R/exits.txt
   local name=$1 limit=$2; shift 2; local start; start=$(date +%s)
   timeout "$limit" "$@" > "$R/$name.txt" 2>&1; local code=$?

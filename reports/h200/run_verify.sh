@@ -36,7 +36,7 @@ elif [ "$PHASE" = again ]; then
   FP=wsum  # a fresh machine: no time to build the fused kernel; the weighted sum is what XLA steps use
   start=$(date +%s)
   timeout 200 python3 -m opbisect trace examples/lm_head_xent.py --patch reports/h200/lm_head_xent/sources.csv \
-    --runs 5 --out "$R/patched" --no-progress --fingerprint $FP > "$R/lm_head_xent-patched.txt" 2>&1
+    --runs 5 --out "$R/patched" --no-progress --fingerprint $FP > "$R/lm_head_xent-patched.txt" 2>&1 # committed as lm_head_xent-round2.txt and lm_head_xent-round2/
   echo "lm_head_xent trace --patch exit=$? seconds=$(( $(date +%s) - start ))" | tee -a "$R/exits_again.txt"; pack
   for ex in lm_head_xent scatter_add_table embedding_table_sgd embedding_table_adagrad; do
     csv=$(csv_of $ex); [ $ex = lm_head_xent ] && csv="$csv,$R/patched/lm_head_xent/sources.csv"
