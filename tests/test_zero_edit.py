@@ -44,16 +44,20 @@ def test_an_unmodified_script_gets_the_fresh_process_oracles_verdict(tmp_path, e
 
 def test_the_racy_script_is_named_at_its_scatter_as_the_oracle_sees_it_vary(tmp_path):
     script = ZERO / "racy_embedding_loop.py"
-    done = None
-    for _ in range(4):  # a real race: on a loaded machine one sample may not show it (never in 4: the test fails)
+    sources = pd.DataFrame()
+    for attempt in range(4):  # a real race: on a loaded machine a sample may not show it (never in 4: the test fails)
         if _python(script) == _python(script):
             continue
-        done = _opbisect("trace", script, "--runs", "6", "--no-progress", "--no-replay", "--out", tmp_path)
-        if done.returncode == 1:
+        # where the plain runs differ and the instrumented ones happen not to, the claim is unsettled: --max-runs
+        # looks again with more runs, as a user would; a trace that still names nothing is retried
+        done = _opbisect("trace", script, "--runs", "6", "--max-runs", "18", "--no-progress", "--no-replay",
+                         "--out", tmp_path / str(attempt))
+        assert done.returncode in (0, 1), done.stderr[-2000:]
+        sources = pd.read_csv(tmp_path / str(attempt) / "racy_embedding_loop" / "sources.csv")
+        if done.returncode == 1 and len(sources):
             break
-    assert done is not None and done.returncode == 1, done and done.stdout[-2000:]
-    first = pd.read_csv(tmp_path / "racy_embedding_loop" / "sources.csv").iloc[0]
-    assert (first["op_type"], first["kind"]) == ("ResourceScatterSub", "write")
+    assert len(sources), "the oracle never saw the race, or opbisect never named it, in 4 attempts"
+    assert (sources.iloc[0]["op_type"], sources.iloc[0]["kind"]) == ("ResourceScatterSub", "write")
 
 
 STOPPED = """
