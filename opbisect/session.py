@@ -130,9 +130,10 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
         pinned_pass = PlainPass(bench, pinned, "uninstrumented step, grappler pinned")
         analysis = AnalysisPass(bench, trace, inst, fp, results, settings.magnitude_runs,
                                 settings.replay_runs if settings.replay else 0, device_name(kind), agree)
-        runs, unsettled = settings.runs, ""
+        runs, unsettled, first_verdict = settings.runs, "", None
         while True:
             fit_runs, default_runs = fit_pass.run(runs), plain_pass.run(runs)
+            first_verdict = first_verdict or facts.verdict(default_runs, fit_runs, None)
             speculate = agree.all("speculate", steps == 1 and fit_runs is None
                                   and default_runs.first_differing_step() is None)
             analysed, pinned_runs, choice = _analysis_passes(
@@ -155,12 +156,15 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
                 initial_state=step.initial_state, seconds=round(time.time() - started, 2),
                 intercepted=intercepted_facts(target.intercepted), **environment(tf, kind))
     plain = pinned_runs if pinned_runs is not None and choice.config == "pinned" else default_runs
+    verdict = facts.verdict(default_runs, fit_runs, None)
+    if first_verdict.nondeterministic and not verdict.nondeterministic:  # looked harder and missed what it had seen
+        verdict = facts.kept_from_first_runs(first_verdict, runs)
     findings += facts.body_findings([a for a, _, _ in analysed], trace.graph.regions)
     record = Record(
         meta=meta, graph=trace.graph.to_json(), findings=findings, skipped=skipped, results=results,
         default=default_runs, pinned=pinned_runs, fit=fit_runs, analyses=[a for a, _, _ in analysed], sources=[],
         seeded=step.restart.draws,
-        facts=Facts(verdict=facts.verdict(default_runs, fit_runs, None), grappler=choice,
+        facts=Facts(verdict=verdict, grappler=choice,
                     observer=facts.observer_effect(plain.at(1), analysed[0][0].instrumented),
                     fit_replay=facts.fit_replay(fit_runs, default_runs,
                                                 meta.metric_variables + list(step.restart.variables))
@@ -262,6 +266,8 @@ def across_processes(settings: TraceSettings) -> tuple[Record, dict]:
     merged = records[0]
     info, found, rows = cross_process(records, seeds)
     verdict = facts.verdict(merged.default, merged.fit, info)
+    if merged.facts.verdict.nondeterministic and not verdict.nondeterministic:
+        verdict = merged.facts.verdict  # process 1 looked harder and kept what its first runs had seen
     rows = [dataclasses.replace(r, observer_effect=r.affects_result and not verdict.nondeterministic) for r in rows]
     return dataclasses.replace(
         merged, meta=dataclasses.replace(merged.meta, processes=settings.processes),

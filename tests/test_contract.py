@@ -387,6 +387,16 @@ def test_max_runs_looks_harder_at_a_step_that_gave_one_result(run_step):
     assert v.rate_bound == pytest.approx(1 - 0.05 ** (1 / 5))
 
 
+def test_looking_harder_keeps_a_difference_the_first_runs_saw(run_step):
+    """2 of 3 plain runs differ, then grappler's part is too few runs to judge, so --max-runs runs every pass again;
+    the planted race fires in none of those 6 runs. Differing results were seen: the verdict stays nondeterministic."""
+    t = planted(run_step, {1, 2, 3}, max_runs=6)
+    v = t.record.facts.verdict
+    assert t.record.meta.runs == 6 and t.record.meta.looked_harder and t.record.default.first_differing_step() is None
+    assert t.code == 1 and v.nondeterministic and v.rate_bound is None
+    assert "3 runs" in v.evidence[0] and "looking harder, 6 runs gave one result" in v.evidence[0]
+
+
 def test_max_runs_no_more_than_runs_is_a_usage_error(capsys, tmp_path):
     script = write_script(tmp_path, "step", NOISE_STEP)
     assert main(["trace", str(script), "--runs", "4", "--max-runs", "3", "--out", str(tmp_path)]) == 128

@@ -15,6 +15,7 @@ differed, at 5%. Otherwise the record says what was seen and that it is inconclu
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from ..errors import EXIT_CLEAN, EXIT_FOUND
@@ -130,6 +131,13 @@ def verdict(default: Trajectory, fit: Trajectory | None, processes: CrossProcess
 
 
 MISS = 0.05  # a deterministic verdict's rate bound is stated at 95% confidence
+
+
+def kept_from_first_runs(first: Verdict, runs: int) -> Verdict:
+    """The verdict where looking harder (--max-runs) gave one result in `runs` runs but the first runs had differed:
+    differing results are proof, a larger sample that misses a rare race is not, so the first runs' verdict stands."""
+    return dataclasses.replace(first, evidence=[f"{e} (in the first runs; looking harder, {runs} runs gave one result)"
+                                                for e in first.evidence])
 
 
 def observer_effect(plain: Runs, instrumented: InstrumentedRuns) -> ObserverEffect:
