@@ -11,8 +11,8 @@ from __future__ import annotations
 from html import escape
 
 from ..record.fixing import AS_WRITTEN, Fix
-from ..record.verification import Variant, Verification
-from . import drawing
+from ..record.verification import Verification
+from . import drawing, verify_view
 from .html import CSS
 
 FILENAME = "report.html"
@@ -50,11 +50,7 @@ def _ops(ops: list[str]) -> str:
 def _verify(verification: Verification | None) -> str:
     if verification is None:
         return ""
-    rows = "".join(
-        f'<tr data-variant="{escape(v.name)}" data-reproducible="{str(v.reproducible).lower()}">'
-        f"<td>{escape(v.name)}</td><td>{_runs(v)}</td>"
-        f'<td class="num">{"" if v.step_ms is None else f"{v.step_ms:.4g}"}</td><td class="num">{_ratio(v)}</td>'
-        f"<td>{escape(v.how)}</td></tr>" for v in verification.variants)
+    rows = "".join(_variant_row(v) for v in verification.variants)
     plot = drawing.costs_svg(verification.variants)
     return (f"<h2>Verify: {verification.runs} runs of each variant</h2><div class=\"scroll\"><table><tr>"
             "<th>variant</th><th>runs</th><th>ms a step</th><th>against the plain step (95%)</th><th>what runs</th>"
@@ -62,17 +58,13 @@ def _verify(verification: Verification | None) -> str:
             + f"<p>Recommended: {escape(verification.recommendation or 'none')}.</p>")
 
 
-def _runs(v: Variant) -> str:
-    if v.error:
-        return f"did not run: {escape(v.error)}"
-    return "bitwise reproducible" if v.reproducible else f"{v.distinct} distinct results in {v.runs}"
-
-
-def _ratio(v: Variant) -> str:
-    if v.ratio is None:
-        return ""
-    interval = f" [{v.ratio_low:.2f}-{v.ratio_high:.2f}]" if v.ratio_low is not None else ""
-    return f"{v.ratio:.2f}x{interval}"
+def _variant_row(v) -> str:
+    said = verify_view.outcome(v) + ("" if v.error else f" in {v.runs} runs")
+    ms = "" if v.step_ms is None else f"{v.step_ms:.4g}"
+    cost = "" if v.ratio is None else verify_view.cost(v)
+    return (f'<tr data-variant="{escape(v.name)}" data-reproducible="{str(v.reproducible).lower()}">'
+            f'<td>{escape(v.name)}</td><td>{escape(said)}</td><td class="num">{ms}</td>'
+            f'<td class="num">{escape(cost)}</td><td>{escape(v.how)}</td></tr>')
 
 
 def _keep(fix: Fix) -> str:

@@ -37,18 +37,30 @@ def _interval(x) -> str:
     return f"; 95%: {x.ratio_low:.2f}-{x.ratio_high:.2f}x" if x.ratio_low is not None else ""
 
 
+def cost(x) -> str:
+    """A variant's step time against the plain step's, with its 95% interval: '1.03x; 95%: 0.98-1.08x'."""
+    return f"{_ratio(x)}{_interval(x)}"
+
+
+def outcome(x) -> str:
+    """What a variant's runs gave: 'raised: ...', 'bitwise reproducible' or 'N distinct results', and whether its
+    convolutions were autotuned."""
+    if x.error:
+        return f"raised: {x.error}"
+    same = "bitwise reproducible" if x.reproducible else f"{x.distinct} distinct results"
+    return same + (" (convolutions autotuned)" if x.autotuned else "")
+
+
 def _row(x) -> str:
     if x.error:
-        return f"  {x.name:<44} raised: {x.error}"
-    same = "bitwise reproducible" if x.reproducible else f"{x.distinct} distinct results"
-    if x.autotuned:
-        same += " (convolutions autotuned)"
+        return f"  {x.name:<44} {outcome(x)}"
+    same = outcome(x)
     agree = "" if x.max_abs_diff is None else f", max |diff| vs plain {x.max_abs_diff:.3g} ({x.max_ulp} ulp)"
     if x.cpu_abs_diff is not None:
         agree += f", vs the CPU {x.cpu_abs_diff:.3g} ({x.cpu_ulp} ulp)"
     if not x.comparable:
         agree = ", not compared (started from other values)"
-    return f"  {x.name:<44} {same} in {x.runs} runs, {x.step_ms} ms a step ({_ratio(x)}{_interval(x)}){agree}"
+    return f"  {x.name:<44} {same} in {x.runs} runs, {x.step_ms} ms a step ({cost(x)}){agree}"
 
 
 def _timing(v: Verification) -> str:
