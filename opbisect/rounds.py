@@ -73,7 +73,8 @@ def _fix(settings: FixSettings, staging: Path, final: Path, say) -> tuple[Fix, p
         csvs = [str(staging / r.report / "sources.csv") for r in rounds]
         began = time.time()
         report = staging / f"round{k}"
-        code = _child("trace", settings.script, ["--runs", str(settings.runs), "--no-progress", "--out", str(report),
+        looks = ["--runs", str(settings.runs), "--max-runs", str(settings.round_max_runs())]
+        code = _child("trace", settings.script, [*looks, "--no-progress", "--out", str(report),
                                                  *(["--patch", ",".join(csvs)] if csvs else []), *_common(settings)],
                       switches, f"round {k}")
         summary = json.loads((report / stem / store.SUMMARY_JSON).read_text())
@@ -82,11 +83,15 @@ def _fix(settings: FixSettings, staging: Path, final: Path, say) -> tuple[Fix, p
         new = [op for op in rows["op_name"] if op not in named]
         rounds.append(Round(number=k, exit_code=code, switches=switches, patched=list(summary.get("patched", [])),
                             sources=list(rows["op_name"]), new=new, seconds=round(time.time() - began, 1),
-                            report=f"round{k}/{stem}"))
+                            report=f"round{k}/{stem}", runs=int(summary["runs"])))
         say(round_line(rounds[-1]))
         if code == EXIT_CLEAN:
             stopped = (f"round {k}: the step is bitwise reproducible as written" if k == 1 else
                        f"round {k}: the step with every source of {_rounds_before(k)} patched is bitwise reproducible")
+            break
+        if rows.empty:  # it looked harder already (--max-runs): capture's runs never varied where the step's did
+            stopped = (f"round {k}: the step varied but no op could be named, also in {summary['runs']} runs "
+                       f"(see its report's observer effect)")
             break
         if not new:
             stopped = f"round {k} named no new source ({listed(list(rows['op_name']))} stay: no patch replaced them)"
@@ -113,6 +118,7 @@ def _fix(settings: FixSettings, staging: Path, final: Path, say) -> tuple[Fix, p
     say(f"verify: --patch {PATCH_CSV} ({len(patch)} op(s)), {settings.verify_runs} runs of each variant")
     _child("verify", settings.script, ["--patch", str(patch_csv), "--runs", str(settings.verify_runs),
                                        "--timing-runs", str(settings.timing_runs), "--out", str(staging / "verify"),
+                                       "--cpu-reference", settings.cpu_reference,
                                        *_common(settings)], [], "verify")
     decided = json.loads((staging / "verify" / f"{settings.script.stem}-verify" / "verification.json").read_text())
     fix.verify = f"verify/{settings.script.stem}-verify"
@@ -173,6 +179,7 @@ def keep_lines(recommendation: str, form: str, patch_csv: Path) -> list[str]:
 def round_line(r: Round) -> str:
     under = f" under {' '.join(s + '=1' for s in r.switches)}" if r.switches else ""
     did = (f"{len(r.patched)} op(s) patched" if r.patched else "as written") + under
+    did += f", {r.runs} runs" if r.runs else ""
     if r.exit_code == EXIT_CLEAN:
         return f"round {r.number} ({did}): bitwise reproducible, {r.seconds} s"
     return (f"round {r.number} ({did}): {len(r.sources)} source(s), {len(r.new)} new: {listed(r.new)}, "

@@ -56,6 +56,12 @@ def _fingerprint():
                   choices=FINGERPRINTS)
 
 
+def _cpu_reference():
+    return option("auto", "the plain step on the CPU, in a fresh process from the same state: the reference each "
+                          "variant's numbers are compared with (auto: when the step runs on a GPU)",
+                  choices=("auto", "on", "off"))
+
+
 def _step_name():
     return option("step", "name of the step in the script", flag="--step")
 
@@ -165,11 +171,10 @@ class TraceSettings(Settings):
         from .errors import UsageError
 
         super().validate()
+        _check_max_runs(self.runs, self.max_runs)
         if self.magnitude_runs == 1:
             raise UsageError("--magnitude-runs must be at least 2 (a difference needs two runs), or 0 for as many as "
                              "--runs (got 1)")
-        if 0 < self.max_runs <= self.runs:
-            raise UsageError(f"--max-runs must be more than --runs ({self.runs}), or 0 (got {self.max_runs})")
         if self.replicas:
             rungs = self.replica_rungs()
             if self.processes > 1:
@@ -196,7 +201,6 @@ class TraceSettings(Settings):
 
 
 VARIANTS = ("", "global", "family", "patched", "cpu")
-REFERENCES = ("auto", "on", "off")
 
 
 @dataclasses.dataclass
@@ -217,9 +221,7 @@ class VerifySettings(Settings):
     fingerprint: str = _fingerprint()
     switches: bool = option(True, "do not run the global switch and the family switches (child processes)",
                             flag="--no-switches")
-    cpu_reference: str = option("auto", "the plain step on the CPU, in a fresh process from the same state: the "
-                                        "reference each variant's numbers are compared with (auto: when the step "
-                                        "runs on a GPU)", choices=REFERENCES)
+    cpu_reference: str = _cpu_reference()
     variant: str = option("", "child: which switch this process runs under", choices=VARIANTS, hidden=True)
     exchange: Path = option(Path(), "child: the folder shared with the parent", hidden=True)
     at: str = _at()
@@ -232,6 +234,14 @@ class VerifySettings(Settings):
         if not self.patch:
             raise UsageError("verify needs --patch: a report's sources.csv, or op types or op names")
 
+
+def _check_max_runs(runs: int, max_runs: int) -> None:
+    from .errors import UsageError
+
+    if 0 < max_runs <= runs:
+        raise UsageError(f"--max-runs must be more than --runs ({runs}), or 0 (got {max_runs})")
+
+
 def _flag(f: dataclasses.Field) -> str:
     return f.metadata["flag"] or "--" + f.name.replace("_", "-")
 
@@ -243,8 +253,13 @@ class FixSettings(Settings):
     runs: int = option(5, "runs of each trace round (default 5, at least 2)", minimum=2)
     max_rounds: int = option(6, "trace rounds at most: each traces the step with every source found so far "
                                 "patched (default 6; ResNet50 on an H200 needed 4)", minimum=1)
+    max_runs: int = option(0, "look harder in each round: where its --runs leave the step deterministic or a claim "
+                                "unsettled (the step varied and capture's runs did not, too few runs to tell), every "
+                                "pass of that round again with this many runs (default 0: four times --runs)",
+                           minimum=0)
     verify_runs: int = option(10, "runs of each variant in the final verify (default 10)", minimum=2)
     timing_runs: int = option(20, "steps of each variant timed in the final verify (default 20)", minimum=0)
+    cpu_reference: str = _cpu_reference()
     out: Path = option(Path("reports"), "folder that receives <script>-fix/ (default reports/)")
     step_name: str = _step_name()
     inputs_name: str = _inputs_name()
@@ -253,6 +268,14 @@ class FixSettings(Settings):
     progress: bool = option(True, "no line per round", flag="--no-progress")
     at: str = _at()
     script_args: tuple = _script_args()
+
+    def validate(self) -> None:
+        super().validate()
+        _check_max_runs(self.runs, self.max_runs)
+
+    def round_max_runs(self) -> int:
+        """The runs a round looks harder with."""
+        return self.max_runs or 4 * self.runs
 
 
 @dataclasses.dataclass

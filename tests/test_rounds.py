@@ -76,6 +76,31 @@ def test_fix_finds_what_a_source_hid_round_by_round_and_verifies_the_patch(tmp_p
                  "--no-switches", "--out", str(tmp_path / "v")]) == 0
 
 
+SEEN_LATE = HIDDEN_BEHIND.replace("calls = [0]", "calls = [0]\nVARY_ON = {2} | set(range(20, 10**6))").replace(
+    "np.float32(calls[0]) * np.float32(1e-3)", "np.float32(calls[0] if calls[0] in VARY_ON else 0)").replace(
+    "second = tf.ensure_shape(tf.numpy_function(noisy, [first * 2.0], tf.float32, name=\"second\"), [4])",
+    "second = first * 2.0")
+
+
+def test_a_round_whose_step_varies_but_names_nothing_looks_harder_and_the_fix_goes_on(tmp_path):
+    """Round 1's first passes (calls 1-9 of a fresh process: plain, instrumented, pinned) see the planted op vary
+    once in the plain runs and never in capture's: inconclusive, no op named. The round looks harder (4 x --runs,
+    calls 10 on, varying from call 20): it names the op; round 2 patches it and is reproducible."""
+    script = write_script(tmp_path, "late", SEEN_LATE)
+    assert _fix(script, tmp_path / "r") == 0
+    fix = json.loads((tmp_path / "r" / "late-fix" / "fix.json").read_text())
+    assert [(r["exit_code"], r["runs"], r["new"]) for r in fix["rounds"]] == [(1, 12, ["first"]), (0, 12, [])]
+    round1 = json.loads((tmp_path / "r" / "late-fix" / "round1" / "late" / "report.json").read_text())
+    assert round1["runs"] == 12 and [s["op_name"] for s in round1["sources"]] == ["first"]
+    assert fix["recommendation"] == "patched"
+
+
+def test_fix_max_runs_no_more_than_runs_is_a_usage_error(tmp_path):
+    script = write_script(tmp_path, "late", SEEN_LATE)
+    assert _fix(script, tmp_path / "r", "--max-runs", "3") == 128
+    assert not (tmp_path / "r" / "late-fix").exists()
+
+
 def test_fix_of_a_reproducible_step_needs_one_round_and_no_verify(tmp_path):
     script = write_script(tmp_path, "steady", HIDDEN_BEHIND.replace("np.float32(calls[0])", "np.float32(0)"))
     assert _fix(script, tmp_path / "r") == 0

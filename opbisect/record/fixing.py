@@ -21,6 +21,7 @@ class Round:
     new: list[str]  # those no earlier round named: what the next round patches
     seconds: float
     report: str  # its report folder, relative to the fix folder
+    runs: int = 0  # runs of each of its passes: more than fix's --runs where it looked harder (0: not recorded)
 
 
 @dataclasses.dataclass

@@ -33,13 +33,14 @@ def page(fix: Fix, verification: Verification | None) -> str:
 
 def _rounds(fix: Fix) -> str:
     rows = "".join(
-        f'<tr data-round="{r.number}" data-exit="{r.exit_code}"><td class="num">{r.number}</td>'
+        f'<tr data-round="{r.number}" data-exit="{r.exit_code}" data-runs="{r.runs}"><td class="num">{r.number}</td>'
+        f'<td class="num">{r.runs or "-"}</td>'
         f"<td>{escape(' '.join(s + '=1' for s in r.switches)) or '-'}</td><td class=\"num\">{len(r.patched)}</td>"
         f"<td>{'bitwise reproducible' if r.exit_code == 0 else _ops(r.sources)}</td><td>{_ops(r.new) or '-'}</td>"
         f'<td class="num">{r.seconds}</td><td><code>{escape(r.report)}</code></td></tr>' for r in fix.rounds)
     return ("<h2>Rounds</h2><p>Each round traces the step with every source of the rounds before it patched: a source "
-            "hides the sources after it.</p><div class=\"scroll\"><table><tr><th>round</th><th>switches</th>"
-            "<th>ops patched</th><th>sources</th><th>new</th><th>seconds</th><th>report</th></tr>"
+            "hides the sources after it.</p><div class=\"scroll\"><table><tr><th>round</th><th>runs</th>"
+            "<th>switches</th><th>ops patched</th><th>sources</th><th>new</th><th>seconds</th><th>report</th></tr>"
             f"{rows}</table></div><p data-stopped=\"\">Rounds ended: {escape(fix.stopped)}.</p>")
 
 

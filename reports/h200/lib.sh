@@ -28,3 +28,7 @@ overhead() {  # overhead EXAMPLE SECONDS: benchmarks/patch_overhead.py, the plai
     --device gpu --steps 60
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$R/gpu.txt"
+fixed() {  # fixed EXAMPLE SECONDS [FIX FLAGS]: opbisect fix, from the script to a verified fix, in one command
+  local ex=$1 limit=$2; shift 2
+  run "$ex-fix" "$limit" python3 -m opbisect fix "examples/$ex.py" --out "$R" --fingerprint wsum "$@"
+}
