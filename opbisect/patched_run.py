@@ -40,7 +40,11 @@ class PatchHooks:
     def make_train_function(self, model, make, args, kwargs):
         if getattr(model, "opbisect_patched", None) is None:
             deterministic(model, self.spec)
-        return make(model, *args, **kwargs)
+        made = make(model, *args, **kwargs)
+        for function in (made, getattr(model, "train_function", None)):  # tf_keras returns it, Keras 3 sets it
+            if function is not None:  # fit's loop around the patched train step: its graph is not the step's
+                self.steps[id(function)] = None
+        return made
 
     def step_call(self, function, args, kwargs, call):
         import tensorflow as tf
