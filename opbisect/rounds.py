@@ -54,6 +54,7 @@ def run_fix(settings: FixSettings, echo=print) -> int:
         folder.write(RECORD, json.dumps(dataclasses.asdict(fix), indent=1))
         folder.write(TEXT, "\n".join(lines(fix)) + "\n")
         folder.write(fix_html.FILENAME, fix_html.page(fix, verified))
+        folder.point_at_final()
         final = folder.commit()
     for line in lines(fix, final):
         echo(line)

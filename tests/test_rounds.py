@@ -67,6 +67,9 @@ def test_fix_finds_what_a_source_hid_round_by_round_and_verifies_the_patch(tmp_p
     rows = page.findall(".//x:tr[@data-round]", XHTML)
     assert [(int(r.get("data-round")), int(r.get("data-exit"))) for r in rows] == [(1, 1), (2, 1), (3, 0)]
     verified = json.loads((folder / fix["verify"] / "verification.json").read_text())
+    # verify and the rounds ran inside the staged folder: what they wrote names the folder the fix ended in
+    assert verified["patch"] == str(folder / "patch.csv")
+    assert not [f for f in folder.rglob("*") if f.is_file() and b".partial" in f.read_bytes()]
     shown = {r.get("data-variant"): r.get("data-reproducible") for r in page.findall(".//x:tr[@data-variant]", XHTML)}
     assert shown == {v["name"]: str(v["runs"] >= 2 and v["distinct"] == 1 and not v["error"]).lower()
                      for v in verified["variants"]}

@@ -26,6 +26,7 @@ from .model import RECORD_VERSION, Record
 
 RECORD = "record.json"
 SUMMARY_JSON = "report.json"
+TEXT_SUFFIXES = {".txt", ".json", ".csv", ".html", ".py", ".md"}  # what a report holds that may name a path
 
 
 def to_json(record: Record) -> dict:
@@ -256,6 +257,17 @@ class ReportFolder:
         except OSError as exc:
             raise ReportWriteError(f"writing the report into {self.out} failed ({exc.strerror}); nothing was "
                                    f"replaced") from None
+
+    def point_at_final(self) -> None:
+        """Reports that child runs wrote inside this staged one name the staging folder (their --patch and --out
+        paths); their text files name the final folder instead, so that every path in the committed report holds."""
+        staged, final = os.fsencode(self.staging), os.fsencode(self.final)
+        for path in self.staging.rglob("*"):
+            if path.suffix not in TEXT_SUFFIXES or not path.is_file():
+                continue
+            content = path.read_bytes()
+            if staged in content:
+                self.write(str(path.relative_to(self.staging)), content.replace(staged, final))
 
     def commit(self) -> Path:
         """Move the staged report into place and remove the one it replaces, signals held throughout; a signal
