@@ -1,0 +1,23 @@
+#!/bin/bash
+# A run longer than one device call (10 minutes): started in its own process session, which the device machine
+# lets run on while calls follow each other within its warm time (30 s), each call waiting on it for a while.
+#   bash reports/h200/background.sh start COMMAND...   # starts COMMAND; its packs go to /root/packs
+#   bash reports/h200/background.sh wait SECONDS [DIR] # waits until it ends or SECONDS pass, copies the packs to $OUT;
+#                                                      # DIR (its results so far, unfinished reports too) as live.tgz
+# A lease can end before the run does: pass DIR to every wait, so that what it reached comes back.
+# Its output is /root/background.log, its exit code /root/background.rc once it has ended.
+set -u
+case $1 in
+  start)
+    shift; mkdir -p /root/packs; rm -f /root/background.rc
+    OUT=/root/packs setsid nohup bash -c '"$@"; echo $? > /root/background.rc' _ "$@" \
+      > /root/background.log 2>&1 < /dev/null &
+    echo "started: $*" ;;
+  wait)
+    end=$(( $(date +%s) + $2 ))
+    while [ ! -f /root/background.rc ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+    cp /root/packs/*.tgz "${OUT:-/tmp/out}/" 2>/dev/null
+    [ -n "${3:-}" ] && tar czf "${OUT:-/tmp/out}/live.tgz" --exclude='*.npz' --exclude='record.json' -C "$(dirname "$3")" "$(basename "$3")"
+    tail -25 /root/background.log
+    if [ -f /root/background.rc ]; then echo "ended: exit $(cat /root/background.rc)"; else echo "still running"; fi ;;
+esac
