@@ -91,7 +91,7 @@ def _fix(settings: FixSettings, staging: Path, final: Path, say) -> tuple[Fix, p
                        f"round {k}: the step with every source of {_rounds_before(k)} patched is bitwise reproducible")
             break
         if rows.empty:  # it looked harder already (--max-runs): capture's runs never varied where the step's did
-            stopped = (f"round {k}: the step varied but no op could be named, also in {summary['runs']} runs "
+            stopped = (f"round {k}: the step varied but no op could be named, also in {rounds[-1].runs} runs "
                        f"(see its report's observer effect)")
             break
         if not new:

@@ -29,6 +29,8 @@ overhead() {  # overhead EXAMPLE SECONDS: benchmarks/patch_overhead.py, the plai
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$R/gpu.txt"
 fixed() {  # fixed EXAMPLE SECONDS [FIX FLAGS]: opbisect fix, from the script to a verified fix, in one command
+  # (no CPU reference, as verify() above: a large step's CPU run would take the call's time)
   local ex=$1 limit=$2; shift 2
-  run "$ex-fix" "$limit" python3 -m opbisect fix "examples/$ex.py" --out "$R" --fingerprint wsum "$@"
+  run "$ex-fix" "$limit" python3 -m opbisect fix "examples/$ex.py" --out "$R" --fingerprint wsum --cpu-reference off \
+    "$@"
 }

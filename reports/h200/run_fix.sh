@@ -16,10 +16,10 @@ if [ "$PHASE" = more ]; then bash "$0" hf; bash "$0" resnet50; exit; fi
 source reports/h200/lib.sh
 case $PHASE in
   lm_head)
-    fixed lm_head_xent 430 --cpu-reference off
+    fixed lm_head_xent 430
     run lm_head_xent-overhead 90 python3 benchmarks/patch_overhead.py examples/lm_head_xent.py \
       "$R/lm_head_xent-fix/patch.csv" --device gpu --steps 40 --profile-calls 10 ;;
-  resnet50) fixed resnet50 1500 --cpu-reference off ;;  # about 25 minutes: all a lease has after the start
-  hf) fixed hf_gpt2_lm 420 --cpu-reference off; fixed hf_bert_fit 420 --cpu-reference off ;;
+  resnet50) fixed resnet50 1500 ;;  # about 25 minutes: all a lease has after the start
+  hf) fixed hf_gpt2_lm 420; fixed hf_bert_fit 420 ;;
 esac
 pack
