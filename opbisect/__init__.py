@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-from .fix import deterministic  # noqa: E402  (imports no TensorFlow until called)
+from .deterministic import deterministic  # noqa: E402  (imports no TensorFlow until called)
 
 __all__ = ["deterministic"]

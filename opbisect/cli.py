@@ -9,7 +9,16 @@ import sys
 import traceback
 from pathlib import Path
 
-from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, OpbisectError, TargetError, Terminated
+from .errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    OpbisectError,
+    TargetError,
+    Terminated,
+    one_line,
+)
 from .settings import FixSettings, RunSettings, TraceSettings, VerifySettings
 
 
@@ -66,10 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     except TargetError as exc:
         if exc.user_traceback:
             print(exc.user_traceback, file=sys.stderr, end="")
-        print(f"opbisect: cannot test: {exc}", file=sys.stderr)
+        print(f"opbisect: cannot test: {one_line(exc)}", file=sys.stderr)
         return exc.exit_code
     except OpbisectError as exc:
-        print(f"opbisect: {exc}", file=sys.stderr)
+        shown = getattr(exc, "shown", "")  # a child's: the user's traceback, or a crash's last lines
+        if shown:
+            print(shown.rstrip("\n"), file=sys.stderr)
+        print(f"opbisect: {one_line(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("opbisect: interrupted (no report is left half-written)", file=sys.stderr)
@@ -100,9 +112,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return run(RunSettings.from_namespace(args))
     if args.command == "fix":
-        from . import rounds
+        from .fix import run_fix
 
-        return rounds.run_fix(FixSettings.from_namespace(args))
+        return run_fix(FixSettings.from_namespace(args))
     return session.rerun_report(args.record, args.out, html=args.html)
 
 

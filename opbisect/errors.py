@@ -27,6 +27,17 @@ class OpbisectError(Exception):
     exit_code = EXIT_INTERNAL
 
 
+def one_line(exc: BaseException) -> str:
+    """An error's message as one line. TensorFlow re-raises an error from code it was tracing as a new one of the
+    same class whose message is the user code's frames, then the message: that last line is the message."""
+    text = str(exc)
+    if "in user code:" not in text:
+        return text
+    last = [line.strip() for line in text.splitlines() if line.strip()][-1]
+    prefix = f"{type(exc).__name__}: "
+    return last[len(prefix):] if last.startswith(prefix) else last
+
+
 class UsageError(OpbisectError):
     """The command line, or a file or folder named on it, is wrong."""
 

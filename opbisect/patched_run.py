@@ -1,51 +1,72 @@
-"""`opbisect run --patch SPEC train.py -- ARGS`: the user's whole training, unmodified, with only the named ops
-replaced in its training steps (targets/intercept.py's hooks apply opbisect.deterministic): how a user keeps a fix
-without editing the script."""
+"""`opbisect run [--patch SPEC] [--seed N] train.py -- ARGS`: the user's whole training, unmodified, with only the named
+ops replaced in its training steps (targets/intercept.py's hooks apply opbisect.deterministic) and the seeds pinned:
+how a user keeps a fix without editing the script. At its end it prints a digest of the trained state, the user's
+own test made easy: two fresh runs that print one digest trained to the same bits.
+
+    run(settings)
+      check_patch             the spec read before the script runs: a bad one is one line, 128
+      ScriptRunner.run        targets/script.py: the script as python runs it, with
+        TensorFlowSetup         TensorFlow set up when the script imports it
+        pinned                  --seed: every seed pinned (targets/seeding.py)
+        hooked(PatchHooks)      each training step patched, its state digested after each step (--steps, --digests)
+      its exit                the script's own: sys.exit passed on as python would; its own error 125
+"""
 
 from __future__ import annotations
 
-import runpy
+import contextlib
+import json
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
-from .errors import EXIT_CANNOT_TEST, Terminated
-from .fix import deterministic
+from .deterministic import deterministic
+from .errors import UsageError
+from .execute import digest
 from .settings import RunSettings
 from .targets.intercept import hooked, trains
+from .targets.script import ScriptStop
 
 
-def run(settings: RunSettings) -> int:
-    """The script's own exit code (125 where it raised)."""
-    from .execute.prepared import setup_tensorflow
-    from .targets.loader import importable, script_path
-
-    settings.validate()
-    script_path(settings.script)  # a path that cannot be resolved cannot be run
-    setup_tensorflow(settings.device)
-    with importable(settings.script):
-        return run_patched(settings.script, list(settings.script_args), settings.patch)
+class StepsDone(ScriptStop):
+    """--steps K: the script's K-th training step has run."""
 
 
 class PatchHooks:
-    """`opbisect run`: every training step of the script gets the ops `spec` names replaced (opbisect.deterministic):
-    each Keras model before its train function is made, each custom loop's step at its first call."""
+    """Every training step of the script gets the ops `spec` names replaced (opbisect.deterministic; nothing where
+    `spec` is empty): each Keras model before its train function is made, each custom loop's step at its first
+    call. After each call of a training step, the state it trains is digested where `steps` or `keep` asks."""
 
-    def __init__(self, spec: str):
-        self.spec = spec
-        self.steps: dict[int, Any] = {}  # id(tf.function) -> its patched form, or None for a function that trains not
+    def __init__(self, spec: str, steps: int = 0, keep: bool = False):
+        self.spec, self.limit, self.keep = spec, steps, keep
+        self.steps: dict[int, Any] = {}  # id(tf.function) -> its patched form (or itself), None: trains not
         self.busy = False  # patching a step traces it: its own calls are not the script's
+        self.models: dict[int, Any] = {}  # id -> each Keras model the script trained
+        self.variables: dict[int, list] = {}  # id(tf.function) -> the variables each training step reads
+        self.digests: list[dict[str, str]] = []  # per variable: at the first training call, then after each step
+        self.replaced: set[str] = set()  # ops replaced in any step
 
+    # -- Keras: the train function fit and train_on_batch run --------------------------------------------------
     def make_train_function(self, model, make, args, kwargs):
-        if getattr(model, "opbisect_patched", None) is None:
+        if self.spec and getattr(model, "opbisect_patched", None) is None:
             deterministic(model, self.spec)
         made = make(model, *args, **kwargs)
-        for function in (made, getattr(model, "train_function", None)):  # tf_keras returns it, Keras 3 sets it
-            if function is not None:  # fit's loop around the patched train step: its graph is not the step's
-                self.steps[id(function)] = None
-        return made
+        function = made if made is not None else model.train_function  # tf_keras returns it, Keras 3 sets it
+        self.steps[id(function)] = None  # fit's loop around the patched train step: its graph is not the step's
+        self.models[id(model)] = model
+        # the optimizer's slots may appear at the first call (tf_keras makes them as it traces): read each time
+        model.train_function = self._counted(function, lambda: _model_variables(model), model)
+        return model.train_function
 
+    def _counted(self, function, variables, owner):
+        def train_function(*args, **kwargs):
+            self._before(variables())
+            out = function(*args, **kwargs)
+            self._after(variables(), owner)
+            return out
+        return train_function
+
+    # -- a custom loop: a tf.function that computes gradients and writes variables -------------------------------
     def step_call(self, function, args, kwargs, call):
         import tensorflow as tf
 
@@ -53,37 +74,134 @@ class PatchHooks:
             return call()
         key = id(function)
         if key not in self.steps:
-            self.busy = True
-            try:
-                training = trains(function.get_concrete_function(*args).graph)
-                self.steps[key] = deterministic(function, self.spec) if training else None
-            finally:
-                self.busy = False
-        patched = self.steps[key]
-        if patched is None:
+            self.steps[key] = self._judged(function, args)
+        step = self.steps[key]
+        if step is None:
             return call()
+        self._before(self.variables[key])
         self.busy = True
         try:
-            return patched(*args)
+            out = step(*args) if step is not function else call()
+        finally:
+            self.busy = False
+        self._after(self.variables[key], step)
+        return out
+
+    def _judged(self, function, args):
+        """The step to run in place of `function` (it, patched, or itself), or None where it trains nothing."""
+        self.busy = True
+        try:
+            graph = function.get_concrete_function(*args).graph
+            if not trains(graph):
+                return None
+            self.variables[id(function)] = list(graph.variables)
+            return deterministic(function, self.spec) if self.spec else function
         finally:
             self.busy = False
 
+    # -- the state, step by step ---------------------------------------------------------------------------
+    def _before(self, variables: list) -> None:
+        if not self.digests and (self.keep or self.limit):
+            self.digests.append(digest.per_variable(variables))  # the state at the first training call
 
-def run_patched(path: Path, argv: list[str], spec: str) -> int:
-    """`opbisect run --patch SPEC script -- ARGS`: the script's whole training, as `python script ARGS` runs it, with
-    only the ops SPEC names replaced in its training steps; the script's exit code (125 where it raised)."""
-    saved_argv = list(sys.argv)
-    sys.argv = [str(path), *argv]
+    def _after(self, variables: list, step) -> None:
+        self.replaced.update(getattr(getattr(step, "opbisect_patched", step), "replaced", []) or [])
+        if self.keep or self.limit:
+            self.digests.append(digest.per_variable(variables))
+        if self.limit and len(self.digests) > self.limit:
+            raise StepsDone()
+
+    @property
+    def trained(self) -> bool:
+        return bool(self.models or self.variables)
+
+    def final_digest(self) -> tuple[str, int]:
+        """One digest of every variable the script's training steps read, now; how many there are."""
+        every = [_model_variables(m) for m in self.models.values()] + list(self.variables.values())
+        seen = {id(v): v for variables in every for v in variables}
+        digests = digest.per_variable(list(seen.values()))
+        return digest.combined(digests), len(digests)
+
+
+def _model_variables(model) -> list:
+    """The tf.Variables a Keras model's training reads and writes: its weights and its optimizer's state (not its
+    metrics', which fit resets and Keras 3 lists among the weights once they are built)."""
+    from .targets.loader import flatten_variables
+
+    optimizer = getattr(model, "optimizer", None)
+    state = getattr(optimizer, "variables", [])
+    every = flatten_variables(list(model.weights) + list(state() if callable(state) else state))
+    metrics = {id(v) for v in flatten_variables([m.variables for m in getattr(model, "metrics", [])])}
+    return [v for v in every if id(v) not in metrics]
+
+
+def check_patch(spec: str) -> None:
+    """Read every report or CSV a --patch spec names before the script runs (a missing, empty or foreign file is a
+    usage error, one line); a spec whose CSVs name no op to replace is one too, with what to do instead."""
+    from .patches.selection import read_spec
+
+    if not spec:
+        return
+    named = read_spec(spec)
+    if named.ops or named.other_items:
+        return
+    if named.not_ops:
+        kinds = ", ".join(sorted(set(named.not_ops.values())))
+        raise UsageError(f"--patch {spec} names no op to replace: its sources are of kind {kinds}, which no patch "
+                         f"fixes (the report's remedies say what does: a seed, PYTHONHASHSEED, the input pipeline)")
+    raise UsageError(f"--patch {spec} names no op to replace (a fix that found nothing to patch writes its patch.csv "
+                     f"so): run the script as it is, or `opbisect run --seed N` where a seed is what the fix asks")
+
+
+def run(settings: RunSettings, echo=lambda line: print(line, file=sys.stderr)) -> int:
+    """The script's own exit code (125 where its own code raised: the cli shows its error)."""
+    from .execute.prepared import TensorFlowSetup
+    from .targets.loader import importable
+    from .targets.script import ScriptExit, ScriptRunner
+    from .targets.seeding import KERAS, pinned
+
+    settings.validate()
+    runner = ScriptRunner(settings.script, settings.script_args)
+    check_patch(settings.patch)
+    hooks = PatchHooks(settings.patch, settings.steps, keep=settings.digests != Path())
+    seeds = pinned({KERAS}, int(settings.seed)) if settings.seed else contextlib.nullcontext()
+    code = 0
+    with importable(settings.script):
+        try:
+            runner.run(TensorFlowSetup(settings.device).watching(), seeds, hooked(hooks), during="while it ran")
+        except StepsDone:
+            pass
+        except ScriptExit as exc:
+            if exc.message:
+                print(exc.message, file=sys.stderr)  # as python prints it
+            code = exc.code
+    for line in _said(settings, hooks, code):
+        echo(line)
+    if settings.digests != Path():
+        _write(settings.digests, hooks.digests)
+    return code
+
+
+def _said(settings: RunSettings, hooks: PatchHooks, code: int) -> list[str]:
+    if not hooks.trained:
+        return ["opbisect: the script made no training call (Keras fit/train_on_batch, or a tf.function that "
+                "computes gradients and writes variables): nothing was patched or digested"]
+    out = []
+    if settings.patch and not hooks.replaced:
+        out.append(f"opbisect: warning: --patch {settings.patch} replaced no op in the steps the script trained "
+                   f"with: it was made for another step (`opbisect fix` on this script makes one for it)")
+    if code == 0:
+        value, count = hooks.final_digest()
+        steps = f" after {len(hooks.digests) - 1} training step(s) (--steps)" if settings.steps else ""
+        out.append(f"opbisect: final weights {value} ({count} variables of the trained models and steps{steps}; "
+                   f"two runs that print one digest trained to the same bits)")
+    return out
+
+
+def _write(path: Path, digests: list[dict]) -> None:
     try:
-        with hooked(PatchHooks(spec)):
-            runpy.run_path(str(path), run_name="__main__")
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except (KeyboardInterrupt, Terminated):
-        raise
-    except BaseException:  # noqa: BLE001 - the user's own code raised: show it, as python would
-        traceback.print_exc()
-        return EXIT_CANNOT_TEST
-    finally:
-        sys.argv = saved_argv
-    return 0
+        Path(path).write_text(json.dumps({"steps": digests}))
+    except OSError as exc:
+        from .errors import ReportWriteError
+
+        raise ReportWriteError(f"writing --digests {path} failed ({exc.strerror})") from None

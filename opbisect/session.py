@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
 import sys
 import time
 from pathlib import Path
@@ -63,6 +64,10 @@ def progress_display(enabled: bool):
 def run_trace(settings: TraceSettings, echo=print) -> int:
     """`opbisect trace`: the exit code is the verdict on the uninstrumented step (0 or 1)."""
     settings.validate()
+    if settings.probe != Path():  # a child of the fresh-process check
+        from .execute.fresh import probe
+
+        return probe(settings)
     folder = store.ReportFolder(settings.out, settings.script.stem, str(script_path(settings.script)))
     with folder.prepare():
         if settings.processes > 1:
@@ -72,7 +77,7 @@ def run_trace(settings: TraceSettings, echo=print) -> int:
         elif settings.replicas:
             record, files = across_replicas(settings)
         else:
-            record, files = experiment(settings)
+            record, files = checked_experiment(settings)
         patches = ",".join(p for p in (settings.patch, str(folder.final / report.csv.FILENAME)) if p)
         record.findings = hidden_behind(record.findings, record.sources, str(settings.script), patches,
                                         switches_on())
@@ -80,6 +85,26 @@ def run_trace(settings: TraceSettings, echo=print) -> int:
     for line in report.text.lines(record, written):
         echo(line)
     return record.facts.verdict.exit_code
+
+
+def checked_experiment(settings: TraceSettings) -> tuple[Record, dict]:
+    """The experiment, and beside it the fresh-process check (execute/fresh.py), unless --no-fresh-check or this is a
+    worker of --workers (whose peers are its fresh processes)."""
+    if not settings.fresh or settings.workers > 1:
+        return experiment(settings)
+    from .execute.fresh import FreshRun
+
+    os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")  # two processes share the GPU: neither takes it all
+    with FreshRun(settings) as fresh:
+        record, files = experiment(settings)
+        return fresh.checked(record), files
+
+
+def script_contexts(settings) -> tuple:
+    """What the script runs under besides the hooks: --seed's pins."""
+    from .targets.seeding import KERAS, pinned
+
+    return (pinned({KERAS}, int(settings.seed)),) if settings.seed else ()
 
 
 def experiment(settings: TraceSettings) -> tuple[Record, dict]:
@@ -106,7 +131,8 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
             tfcompat.limit_mirrored_strategies(settings.replica_limit)
 
     step = prepare(settings.script, settings.step_name, settings.inputs_name, settings.device, settings.fingerprint,
-                   settings.patch, setup, lap, argv=settings.script_args, at=settings.at, steps=settings.steps)
+                   settings.patch, setup, lap, argv=settings.script_args, at=settings.at, steps=settings.steps,
+                   contexts=script_contexts(settings))
     tf, kind, target, trace, fp = step.tf, step.kind, step.target, step.trace, step.fingerprinter
     if agree.count > 1 and target.fit is not None:
         raise CannotTest("--workers runs the step form and the model/data form; the fit form's model.fit is not "

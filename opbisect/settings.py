@@ -62,6 +62,18 @@ def _cpu_reference():
                   choices=("auto", "on", "off"))
 
 
+def _seed():
+    return option("", "pin every seed before the script runs, as keras.utils.set_random_seed(N) at its top would: "
+                      "Python's random, NumPy, TensorFlow and Keras (the script's own seeding still runs)")
+
+
+def _check_seed(seed: str) -> None:
+    from .errors import UsageError
+
+    if seed and not seed.isdigit():
+        raise UsageError(f"--seed takes a non-negative integer (got {seed!r})")
+
+
 def _step_name():
     return option("step", "name of the step in the script", flag="--step")
 
@@ -164,13 +176,20 @@ class TraceSettings(Settings):
     replay_runs: int = option(20, "runs of each source alone on its recorded inputs", minimum=2)
     html: bool = option(False, "also write report.html, one self-contained page", flag="--html")
     progress: bool = option(True, "no progress display", flag="--no-progress")
+    fresh: bool = option(True, "do not bring the script to its training call in a second fresh process (the fresh-"
+                               "process check: your own test of two runs, on every variable, batch and step result)",
+                         flag="--no-fresh-check")
+    seed: str = _seed()
     at: str = _at()
+    probe: Path = option(Path(), "child of the fresh-process check: write the probe here and stop", hidden=True)
+    pins: str = option("", "child of the fresh-process check: the sources of randomness to pin", hidden=True)
     script_args: tuple = _script_args()
 
     def validate(self) -> None:
         from .errors import UsageError
 
         super().validate()
+        _check_seed(self.seed)
         _check_max_runs(self.runs, self.max_runs)
         if self.magnitude_runs == 1:
             raise UsageError("--magnitude-runs must be at least 2 (a difference needs two runs), or 0 for as many as "
@@ -242,6 +261,15 @@ def _check_max_runs(runs: int, max_runs: int) -> None:
         raise UsageError(f"--max-runs must be more than --runs ({runs}), or 0 (got {max_runs})")
 
 
+def shared(source: Settings, kind: type, **changes) -> Settings:
+    """Settings of command `kind` made from another command's (`source`): every option the two share, by name, then
+    `changes`. So an option defined once reaches each child command that takes it (fix's rounds, its verify, its
+    runs), and a new one needs no line here."""
+    names = {f.name for f in dataclasses.fields(kind)}
+    taken = {f.name: getattr(source, f.name) for f in dataclasses.fields(source) if f.name in names}
+    return kind(**{**taken, **changes})
+
+
 def _flag(f: dataclasses.Field) -> str:
     return f.metadata["flag"] or "--" + f.name.replace("_", "-")
 
@@ -265,6 +293,11 @@ class FixSettings(Settings):
     inputs_name: str = _inputs_name()
     device: str = _device()
     fingerprint: str = _fingerprint()
+    check_steps: int = option(10, "the user's test at the end: two fresh runs of the script with the fix applied "
+                                  "(`opbisect run`), compared after each of their first K training steps (default "
+                                  "10; 0: each run to the script's end)", minimum=0)
+    processes: int = option(1, "each round's trace in this many fresh processes, compared op by op (trace "
+                               "--processes)", minimum=1)
     progress: bool = option(True, "no line per round", flag="--no-progress")
     at: str = _at()
     script_args: tuple = _script_args()
@@ -281,14 +314,17 @@ class FixSettings(Settings):
 @dataclasses.dataclass
 class RunSettings(Settings):
     script: Path = option(None, "train.py: the training script, run as it is", positional=True)
-    patch: str = option("", "what to replace in its training steps: a report's sources.csv or a fix's patch.csv "
-                            "(or their folders), or op types or op names, comma-separated")
+    patch: str = option("", "what to replace in its training steps: a fix's patch.csv or a report's sources.csv (or "
+                            "their folders), or op types or op names, comma-separated (default: nothing)")
+    seed: str = _seed()
+    steps: int = option(0, "stop after the script's first K training steps (calls of its train function or "
+                           "training step) with the state digested after each (default 0: run to the end)",
+                        minimum=0)
+    digests: Path = option(Path(), "write a digest of every variable at the first training call and after every "
+                                   "step to this JSON file (two runs' files compare step by step)")
     device: str = _device()
     script_args: tuple = _script_args()
 
     def validate(self) -> None:
-        from .errors import UsageError
-
         super().validate()
-        if not self.patch:
-            raise UsageError("run needs --patch: a report's sources.csv, a fix's patch.csv, or op types or op names")
+        _check_seed(self.seed)

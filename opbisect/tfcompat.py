@@ -397,3 +397,26 @@ def installed_tensorflow() -> str | None:
         with contextlib.suppress(metadata.PackageNotFoundError):
             return metadata.version(name)
     return None
+
+
+def weight_maker(frames) -> str:
+    """The Keras layer and initializer that make a weight, read off the frames of its creation (innermost first):
+    the frame of Layer.add_weight (both Keras lines) holds them as `self` and `initializer`. "" where none does."""
+    for frame in frames:
+        if frame.f_code.co_name != "add_weight":
+            continue
+        layer, initializer = frame.f_locals.get("self"), frame.f_locals.get("initializer")
+        if layer is None or not hasattr(layer, "name"):
+            continue
+        made = initializer if isinstance(initializer, str) else type(initializer).__name__
+        return f"layer {layer.name}" + (f", initializer {made}" if initializer is not None else "")
+    return ""
+
+
+@contextlib.contextmanager
+def variable_creator(creator):
+    """Within: every tf.Variable made in this thread goes through `creator(next_creator, **kwargs)`."""
+    import tensorflow as tf
+
+    with tf.variable_creator_scope(creator):
+        yield

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -127,11 +126,21 @@ def _time(step: _Step, measured: list, calls: list, steps: int) -> None:
             m.timed = [t / len(step.batches) for t in times]
 
 
+def _configured(v: Variant) -> Variant:
+    """The variant's configuration as data, from what its name names (the names are made here, below)."""
+    parts = v.name.split(" + ")
+    v.patched = parts[0] == PATCHED
+    v.global_switch = v.name == GLOBAL
+    v.switches = [p[:-2] for p in parts if p.endswith("=1")]
+    return v
+
+
 def _variant(name: str, how: str, measured, plain=None, comparable: bool = True) -> Variant:
     from .execute.variants import difference, ratio_interval
 
-    v = Variant(name=name, how=how, runs=len(measured.results), distinct=measured.distinct,
-                step_ms=measured.step_ms, timed=len(measured.samples), error=measured.error, comparable=comparable)
+    v = _configured(Variant(name=name, how=how, runs=len(measured.results), distinct=measured.distinct,
+                            step_ms=measured.step_ms, timed=len(measured.samples), error=measured.error,
+                            comparable=comparable))
     if plain is not None and plain.step_ms and v.step_ms is not None:
         v.ratio = round(v.step_ms / plain.step_ms, 3)
         if measured is not plain:
@@ -244,16 +253,17 @@ _CPU_HOW = "the plain step on the CPU, in a fresh process: the numerical referen
 
 
 def _child_variant(settings, exchange: Path, variant: str, name: str, how: str, env: dict, plain) -> tuple:
-    from .execute.processes import _run_child
+    from .execute import children
     from .execute.variants import Measured
 
     child = dataclasses.replace(settings, variant=variant, exchange=exchange, switches=False, cpu_reference="off",
                                 device="cpu" if variant == "cpu" else settings.device)
-    done = _run_child([sys.executable, "-m", "opbisect", "verify", *child.to_argv()], {**os.environ, **env})
+    done = children.run(children.command_line("verify", child.to_argv()), {**os.environ, **env})
     result = exchange / f"{variant}.json"
     if done.returncode != 0 or not result.is_file():
         last = (done.stderr.strip().splitlines() or [""])[-1]
-        return Variant(name=name, how=how, error=f"the child process failed (exit {done.returncode}): {last}"), None
+        return _configured(Variant(name=name, how=how, error=f"the child process failed (exit {done.returncode}): "
+                                                             f"{last}")), None
     got = json.loads(result.read_text())
     arrays = np.load(exchange / f"{variant}.npz")
     measured = Measured(results=got["results"], times=got["times"], timed=got["timed"],

@@ -66,6 +66,9 @@ def trace(path: Path, out: Path, **settings) -> Traced:
 
     lines: list[str] = []
     settings.setdefault("runs", 4)
+    # The planted step-level tests ask about runs inside one process; the fresh-process check has tests of its own
+    # (tests/test_fresh.py), which ask for it.
+    settings.setdefault("fresh", False)
     code = run_trace(TraceSettings(script=path, out=out, progress=False, **settings), echo=lines.append)
     folder = out / path.stem
     traced = Traced(code=code, csv=pd.read_csv(folder / "sources.csv"), lines=lines, record=store.load(folder),

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from opbisect.cli import main
-from opbisect.execute import processes
+from opbisect.execute import children
 from opbisect.record import store
 
 from conftest import NOISE_STEP, child_env, write_script
@@ -186,8 +186,8 @@ def test_a_second_ctrl_c_does_not_leave_the_child_running(tmp_path, monkeypatch)
 
     def ctrl_c_twice():
         ctrl_c_when(ready)
-        ctrl_c_when(stopping)  # while the parent waits for the child to stop, which stops only after it
-        second.touch()
+        ctrl_c_when(stopping)  # while the parent waits for the child to stop
+        second.touch()  # only now may the child end
 
     spawned = []
     real_popen = subprocess.Popen
@@ -197,12 +197,11 @@ def test_a_second_ctrl_c_does_not_leave_the_child_running(tmp_path, monkeypatch)
         return spawned[-1]
 
     threading.Thread(target=ctrl_c_twice, daemon=True).start()
-    monkeypatch.setattr(processes.subprocess, "Popen", popen)
+    monkeypatch.setattr(children.subprocess, "Popen", popen)
     try:
-        done = processes._run_child([sys.executable, "-c", child], dict(os.environ))
+        done = children.run([sys.executable, "-c", child], dict(os.environ))
     except KeyboardInterrupt:
         done = None
-    monkeypatch.undo()
     assert done is None, f"the child ended by itself (exit {done.returncode}): {done.stderr[-2000:]}"
     assert stopping.exists()  # the child was asked to stop (SIGTERM) ...
     # ... and its handler ran to its end: the parent waited for it through the second Ctrl-C (exit 7, not killed)

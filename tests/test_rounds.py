@@ -60,8 +60,11 @@ def test_fix_finds_what_a_source_hid_round_by_round_and_verifies_the_patch(tmp_p
     assert fix["rounds"][1]["patched"] == ["first"] and fix["rounds"][2]["patched"] == ["first", "second"]
     patch = pd.read_csv(folder / "patch.csv")
     assert list(zip(patch["round"], patch["op_name"])) == [(1, "first"), (2, "second")]
-    assert fix["recommendation"] == "patched" and fix["verify"] == "verify/hidden-verify"
+    assert fix["recommendation"]["variant"] == "patched" and fix["verify"] == "verify/hidden-verify"
+    assert fix["recommendation"]["patch"] == str(folder / "patch.csv")
     assert any(str(folder / "patch.csv") in line for line in fix["lines"])
+    # the user's test: two fresh processes of the step with the patch, compared after each step, agree
+    assert fix["test"]["agreed"] and fix["test"]["error"] == "" and len(set(fix["test"]["final"])) == 1
     assert (folder / "round2" / "hidden" / "sources.csv").is_file()
     page = ElementTree.parse(folder / "report.html").getroot()  # the fix's page: the rounds, verify's costs
     rows = page.findall(".//x:tr[@data-round]", XHTML)
@@ -95,7 +98,7 @@ def test_a_round_whose_step_varies_but_names_nothing_looks_harder_and_the_fix_go
     assert [(r["exit_code"], r["runs"], r["new"]) for r in fix["rounds"]] == [(1, 12, ["first"]), (0, 12, [])]
     round1 = json.loads((tmp_path / "r" / "late-fix" / "round1" / "late" / "report.json").read_text())
     assert round1["runs"] == 12 and [s["op_name"] for s in round1["sources"]] == ["first"]
-    assert fix["recommendation"] == "patched"
+    assert fix["recommendation"]["variant"] == "patched" and fix["test"]["agreed"]
 
 
 def test_fix_max_runs_no_more_than_runs_is_a_usage_error(tmp_path):
@@ -108,32 +111,50 @@ def test_fix_of_a_reproducible_step_needs_one_round_and_no_verify(tmp_path):
     script = write_script(tmp_path, "steady", HIDDEN_BEHIND.replace("np.float32(calls[0])", "np.float32(0)"))
     assert _fix(script, tmp_path / "r") == 0
     fix = json.loads((tmp_path / "r" / "steady-fix" / "fix.json").read_text())
-    assert len(fix["rounds"]) == 1 and fix["recommendation"] == "as written" and fix["verify"] == ""
+    assert len(fix["rounds"]) == 1 and fix["recommendation"]["variant"] == "as written" and fix["verify"] == ""
+    assert fix["test"]["agreed"]
     page = ElementTree.parse(tmp_path / "r" / "steady-fix" / "report.html").getroot()
     assert page.find(".//x:p[@data-verdict]", XHTML).get("data-exit") == "0"
     assert page.findall(".//x:tr[@data-variant]", XHTML) == []  # no verify ran: no variants shown
 
 
-def test_fix_stops_at_a_source_no_patch_fixes_and_exits_1(tmp_path):
+def test_a_source_a_seed_fixes_gets_the_seed_and_the_users_test_agrees(tmp_path):
     script = write_script(tmp_path, "noise", NOISE_STEP)  # an unseeded random op: its remedy is a seed
-    assert _fix(script, tmp_path / "r") == 1
+    assert _fix(script, tmp_path / "r") == 0
     fix = json.loads((tmp_path / "r" / "noise-fix" / "fix.json").read_text())
-    assert len(fix["rounds"]) == 1 and fix["recommendation"] == "" and "kind random" in fix["stopped"]
+    assert [(r["exit_code"], r["seed"]) for r in fix["rounds"]] == [(1, ""), (0, "7")]
+    assert fix["recommendation"] == {"variant": "seeded", "patch": "", "seed": "7", "env": {}, "ratio": None}
+    assert fix["test"]["agreed"] and fix["verify"] == ""
+    assert not (tmp_path / "r" / "noise-fix" / "patch.csv").exists()  # nothing to patch: no patch file
+
+
+def test_a_source_no_patch_and_no_seed_fixes_stops_the_fix_with_exit_1(tmp_path):
+    # state the step reads that no variable holds, different in every run: kind state, no patch, no seed
+    script = write_script(tmp_path, "drift", NOISE_STEP.replace("tf.random.uniform([4], name=\"noise\")",
+                                                                 "tf.numpy_function(lambda: np.random.default_rng()"
+                                                                 ".random(4, np.float32), [], tf.float32)"))
+    assert _fix(script, tmp_path / "r") == 1
+    fix = json.loads((tmp_path / "r" / "drift-fix" / "fix.json").read_text())
+    assert fix["stopped"] in ("NO_REMEDY", "NOTHING_NEW", "MAX_ROUNDS") and fix["recommendation"] is None
+    assert fix["test"] is None
 
 
 def test_a_source_only_a_family_switch_fixes_runs_the_later_rounds_and_the_lines_under_it(monkeypatch):
-    from pathlib import Path
+    from opbisect.fix.plan import RoundPlan, family_switches, keep_lines
+    from opbisect.record.fixing import Recommendation
 
-    from opbisect.rounds import _switches, keep_lines
+    def source(op_type):
+        return type("S", (), {"op_type": op_type})()
 
-    monkeypatch.delenv("TF_CUDNN_DETERMINISTIC", raising=False)
-    monkeypatch.delenv("TF_USE_DETERMINISTIC_SEGMENT_REDUCTIONS", raising=False)
-    found = [pd.DataFrame({"op_type": ["SparseSoftmaxCrossEntropyWithLogits"]}),
-             pd.DataFrame({"op_type": ["BiasAddGrad", "MaxPoolGrad"]})]  # ResNet50's rounds 1 and 2 on the H200
-    assert _switches(found[:1]) == [] and _switches(found) == ["TF_CUDNN_DETERMINISTIC"]
-    csv = Path("/r/resnet50-fix/patch.csv")
-    assert keep_lines("patched + TF_CUDNN_DETERMINISTIC=1", "fit", csv) == [
-        "import opbisect", 'os.environ["TF_CUDNN_DETERMINISTIC"] = "1"  # before TensorFlow is imported',
+    round1 = family_switches(RoundPlan(1), [source("SparseSoftmaxCrossEntropyWithLogits")])
+    round2 = family_switches(RoundPlan(2, switches=round1), [source("BiasAddGrad"), source("MaxPoolGrad")])
+    assert (round1, round2) == ((), ("TF_CUDNN_DETERMINISTIC",))  # ResNet50's rounds 1 and 2 on the H200
+    csv = "/r/resnet50-fix/patch.csv"
+    rec = Recommendation("patched + TF_CUDNN_DETERMINISTIC=1", patch=csv, env={"TF_CUDNN_DETERMINISTIC": "1"})
+    assert keep_lines(rec, "fit") == [
+        'os.environ["TF_CUDNN_DETERMINISTIC"] = "1"  # before TensorFlow is imported', "import opbisect",
         f'model = opbisect.deterministic(model, "{csv}")  # after model is built, before training']
-    assert keep_lines("global switch", "step", csv) == [
+    assert rec.command("train.py", ["--epochs", "2"]) == \
+        f"TF_CUDNN_DETERMINISTIC=1 opbisect run --patch {csv} train.py -- --epochs 2"
+    assert keep_lines(Recommendation("global switch", env={"TF_DETERMINISTIC_OPS": "1"}), "step") == [
         "tf.config.experimental.enable_op_determinism()  # before the model is built"]

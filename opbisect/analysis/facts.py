@@ -133,6 +133,16 @@ def verdict(default: Trajectory, fit: Trajectory | None, processes: CrossProcess
 MISS = 0.05  # a deterministic verdict's rate bound is stated at 95% confidence
 
 
+def with_fresh_processes(verdict: Verdict, clause: str) -> Verdict:
+    """The verdict once the fresh-process check has run: `clause` says what differed between two fresh processes
+    of the script ("" where they agree, and the verdict stands). A difference there is what the user's own test
+    sees, so it is nondeterminism however many runs inside this process agreed."""
+    if not clause:
+        return verdict
+    return Verdict(nondeterministic=True, exit_code=EXIT_FOUND, evidence=[*verdict.evidence, clause],
+                   rate_bound=None)
+
+
 def kept_from_first_runs(first: Verdict, runs: int) -> Verdict:
     """The verdict where looking harder (--max-runs) gave one result in `runs` runs but the first runs had differed:
     differing results are proof, a larger sample that misses a rare race is not, so the first runs' verdict stands."""

@@ -8,6 +8,7 @@ import re
 
 from ..ir.graph import OpGraph
 from ..ir.ids import split_op_id
+from ..ir.optypes import KIND_REMEDIES
 from ..patches.registry import has_rewrite, remedy, switch_of
 from ..record.model import Finding, Magnitude, Replay, Source
 from .compare import SourceOp
@@ -99,6 +100,17 @@ def in_process_rows(graph: OpGraph, per_step: list[tuple[int, list[SourceOp], di
     return rows
 
 
+def patchable(s: Source) -> bool:
+    """An op's own variation (a patch may replace it), as opposed to a kind no patch fixes (a seed's, an input's)."""
+    return s.kind not in KIND_REMEDIES
+
+
+def spreads_behind(s: Source) -> bool:
+    """A source with a fix whose difference reaches other ops: a source behind it cannot show until it is fixed
+    (`opbisect fix`'s next round applies the fix; the trace's note says how to look behind it)."""
+    return patchable(s) and s.downstream_differing > 0 and (has_rewrite(s.op_type) or bool(switch_of(s.op_type)))
+
+
 _HIDDEN = "cannot show here"  # the note's mark: a child's record carries one that names its temporary folder
 
 
@@ -113,8 +125,7 @@ def hidden_behind(findings: list[Finding], sources: list[Source], script: str, p
     BiasAddGrad, and a trace without TF_CUDNN_DETERMINISTIC names it again). A note already there, from a child
     process's record (of --processes, --workers or --replicas), is replaced."""
     findings = [f for f in findings if _HIDDEN not in f.message]
-    spreading = [s for s in sources if s.kind in ("op", "write") and s.downstream_differing
-                 and (has_rewrite(s.op_type) or switch_of(s.op_type))]
+    spreading = [s for s in sources if spreads_behind(s)]
     if not spreading:
         return findings
     first, more = spreading[0], len(spreading) - 1

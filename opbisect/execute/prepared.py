@@ -1,8 +1,8 @@
 """The prepared step: built once, then run by every pass of `trace`, by `verify` and by their child processes.
 
     prepare(...)
-      setup_tensorflow             TensorFlow imported, the device kind chosen (before any op runs)
-      load_target                  targets/loader.py
+      load_target                  targets/loader.py; TensorFlowSetup: TensorFlow set up for the device when the
+                                   script imports it, before any op runs
       trace_step                   trace/trace.py
       seeded.restarted             each seeded stateful random op started anew every run (execute/seeded.py)
       patched                      `trace --patch`: the chosen ops replaced, the step traced again
@@ -52,20 +52,21 @@ class Prepared:
 
 def prepare(script, step_name: str, inputs_name: str, device: str, fingerprint: str, patch: str = "",
             setup: Callable[[Any], None] = lambda tf: None, lap: Callable[[str], None] = lambda stage: None,
-            starting: dict | None = None, argv: tuple = (), at: str = "", steps: int = 1) -> Prepared:
+            starting: dict | None = None, argv: tuple = (), at: str = "", steps: int = 1,
+            contexts: tuple = ()) -> Prepared:
     """The step of `script`, ready to run. `setup(tf)` runs right after TensorFlow is imported (process-wide
     switches); `starting` ({variable key: value}) overwrites the script's values (a child of verify). A script that
-    defines no target is run as `python script argv...` to its training call `at` (`steps` batches taken)."""
+    defines no target is run as `python script argv...` to its training call `at` (`steps` batches taken).
+    `contexts` are held while the script runs (seeds pinned, the variables' making recorded)."""
     from ..capture import fingerprint as fingerprints
     from ..capture import taps
     from ..targets.loader import load_target
     from ..trace.trace import trace_step
     from .seeded import restarted
 
-    tf, kind = setup_tensorflow(device)
-    setup(tf)
-    lap("import TensorFlow")
-    target = load_target(script, step_name, inputs_name, argv, at, steps)
+    tensorflow = TensorFlowSetup(device, setup)  # when the script imports it (its Keras is its own choice)
+    target = load_target(script, step_name, inputs_name, argv, at, steps, tensorflow.watching(), *contexts)
+    tf, kind = tensorflow.started()
     lap("load the script" if target.intercepted is None else "run the script to its training call")
     trace = trace_step(target, target.make_inputs())
     target, trace, restart = restarted(target, trace)
@@ -123,29 +124,71 @@ def _quiet_start():
             sys.stderr.write("".join(kept))
 
 
-def setup_tensorflow(device: str):
-    """Import TensorFlow and pick the device kind ('cpu' or 'gpu') before any op runs."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    tfcompat.parallel_xla_compilation(os.environ, tfcompat.installed_tensorflow())
-    with _quiet_start():
-        try:
-            import tensorflow as tf
-        except ImportError as exc:
-            raise CannotTest(f"TensorFlow is not importable here ({exc}); pip install tensorflow") from None
+class TensorFlowSetup:
+    """TensorFlow set up for a device kind ('cpu' or 'gpu') before any op runs, and not before the user's script
+    imports it (targets/imports.py says why): `watching()` holds while the script runs; `started()` gives (tf, kind),
+    importing TensorFlow now where the script never did. `setup(tf)`: process-wide switches, right after."""
+
+    def __init__(self, device: str, setup: Callable[[Any], None] = lambda tf: None):
+        self.device, self.setup = device, setup
+        self.tf, self.kind = None, ""
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        tfcompat.parallel_xla_compilation(os.environ, tfcompat.installed_tensorflow())
+
+    def watching(self):
+        from ..targets.imports import when_imported
+        from ..targets.script import passing_through
+
+        return when_imported({"tensorflow": passing_through(self._ready)}, around={"tensorflow": _importing})
+
+    def started(self) -> tuple[Any, str]:
+        from ..targets.script import Passthrough
+
+        if self.tf is None:
+            with self.watching():
+                try:
+                    import tensorflow  # noqa: F401 - the watch sets it up
+                except Passthrough as carried:
+                    raise carried.error from None
+                except ImportError as exc:
+                    raise CannotTest(f"TensorFlow is not importable here ({exc}); pip install tensorflow") from None
+        return self.tf, self.kind
+
+    def _ready(self, tf) -> None:
         if tfcompat.too_old(tf.__version__):
             raise CannotTest(f"TensorFlow {tf.__version__} is older than opbisect supports (2.16 to 2.21): "
                              f"pip install 'tensorflow>=2.16'")
-        gpus = tf.config.list_physical_devices("GPU")
-    if device == "gpu" and not gpus:
-        raise CannotTest("--device gpu, but TensorFlow sees no GPU")
-    if device == "cpu" and gpus:
-        try:
-            tf.config.set_visible_devices([], "GPU")
-        except RuntimeError:  # only from Python: the command line starts TensorFlow here, before any op
-            raise UsageError("device 'cpu' asked for in a process whose TensorFlow has already started on its GPU; "
-                             "run opbisect in a fresh process (the command line) or hide the GPU first "
-                             "(CUDA_VISIBLE_DEVICES=)") from None
-    return tf, ("gpu" if gpus and device != "cpu" else "cpu")
+        with _quiet_start():  # the CUDA probe of a machine without a GPU writes to stderr here
+            gpus = tf.config.list_physical_devices("GPU")
+        if self.device == "gpu" and not gpus:
+            raise CannotTest("--device gpu, but TensorFlow sees no GPU")
+        if self.device == "cpu" and gpus:
+            try:
+                tf.config.set_visible_devices([], "GPU")
+            except RuntimeError:  # only from Python: the command line starts TensorFlow here, before any op
+                raise UsageError("device 'cpu' asked for in a process whose TensorFlow has already started on its "
+                                 "GPU; run opbisect in a fresh process (the command line) or hide the GPU first "
+                                 "(CUDA_VISIBLE_DEVICES=)") from None
+        self.tf, self.kind = tf, ("gpu" if gpus and self.device != "cpu" else "cpu")
+        self.setup(tf)
+
+
+@contextlib.contextmanager
+def _importing():
+    """TensorFlow's own import, quietly; one that fails inside TensorFlow cannot test this revision (not the user's
+    error: the script only imported it)."""
+    from ..targets.script import Passthrough
+
+    try:
+        with _quiet_start():
+            yield
+    except ImportError as exc:
+        raise Passthrough(CannotTest(f"TensorFlow is not importable here ({exc}); pip install tensorflow")) from None
+
+
+def setup_tensorflow(device: str):
+    """Import TensorFlow (where nothing has yet) and pick the device kind ('cpu' or 'gpu') before any op runs."""
+    return TensorFlowSetup(device).started()
 
 
 def device_name(kind: str) -> str:

@@ -19,13 +19,12 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from ..errors import CannotTest, InternalError
 from ..record import store
-from .processes import child_error, die_with_parent
+from . import children
 
 WAIT_SECONDS = 600.0  # for the other workers at one decision: longer than any pass between two decisions
 
@@ -116,9 +115,8 @@ def run_workers(settings, folder: Path, progress=print) -> list:
             env = {**os.environ, "TF_CONFIG": config, **({"CUDA_VISIBLE_DEVICES": shares[i]} if shares else {})}
             env.setdefault("PYTHONHASHSEED", "0")  # the same program in every worker: the same op names
             log = open(folder / f"worker{i}.log", "w")
-            procs.append((child, log, subprocess.Popen(
-                [sys.executable, "-m", "opbisect", "trace", *child.to_argv()], stdout=log, stderr=subprocess.STDOUT,
-                env=env, preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)))
+            procs.append((child, log, children.start(children.command_line("trace", child.to_argv()), env,
+                                                     stdout=log, stderr=subprocess.STDOUT)))
         _wait_all([p for _, _, p in procs], folder)
     finally:
         for _, log, proc in procs:
@@ -137,9 +135,9 @@ def _wait_all(procs: list, folder: Path, wait: float = WAIT_SECONDS) -> None:
     first_done = None
     while True:
         for i, p in enumerate(procs):
-            if p.poll() not in (None, 0, 1):
-                sys.stderr.write((folder / f"worker{i}.log").read_text()[-4000:])
-                raise child_error(p.returncode)(f"worker {i} of {len(procs)} failed (exit {p.returncode})")
+            if p.poll() not in (None, *children.VERDICTS):
+                raise children.failure(p.returncode, (folder / f"worker{i}.log").read_text(),
+                                       f"worker {i} of {len(procs)}")
         running = [i for i, p in enumerate(procs) if p.poll() is None]
         if not running:
             return

@@ -203,6 +203,8 @@ KIND_REMEDIES: dict[str, str] = {
     "collective": "a cross-replica reduction gave another result from identical inputs in every replica: its "
                   "summation order changes from run to run; on GPUs try NCCL_ALGO=Ring, or reduce in a fixed order "
                   "(all-gather, then sum)",
+    "init": "this variable has another value at the training call in every fresh process: seed what made it "
+            "before it is made (the fresh-process check pins the source: see its cause)",
     "initial": "this variable starts with another value in another process: an unseeded initializer; call "
                "keras.utils.set_random_seed(...) (or tf.random.set_seed) before creating it",
 }

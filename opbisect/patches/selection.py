@@ -39,15 +39,18 @@ class Choice:
 
 
 def _csv_path(spec: str) -> Path | None:
+    """The CSV an item of a spec names: a report's or a fix's folder, any file (read as a CSV: another kind of file
+    is refused before anything runs), or a `.csv` that is missing (refused); None for an op type or an op id."""
     path = Path(spec)
     if path.is_dir():
         for name in (CSV_NAME, FIX_CSV_NAME):  # a trace's report folder, or a fix's
             if (path / name).is_file():
                 return path / name
-    if path.suffix == ".csv":
-        if not path.is_file():
-            raise UsageError(f"--patch {spec}: no such file")
+        raise UsageError(f"--patch {spec}: a folder with no {CSV_NAME} or {FIX_CSV_NAME} (not a report's folder)")
+    if path.is_file():
         return path
+    if path.suffix == ".csv":
+        raise UsageError(f"--patch {spec}: no such file")
     return None
 
 
@@ -56,8 +59,8 @@ def _read_csv(path: Path) -> tuple[list[str], dict[str, str], int]:
 
     try:
         rows = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"--patch {path}: not a report's CSV ({exc})") from None
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError (a binary file) is a ValueError
+        raise UsageError(f"--patch {path}: not a report's CSV ({str(exc).splitlines()[0][:200]})") from None
     if not {"op_name", "kind"} <= set(rows.columns):
         raise UsageError(f"--patch {path}: not a report's CSV (no op_name and kind columns)")
     fixable = [r.kind not in KIND_REMEDIES for r in rows.itertuples()]  # an op's or a write's own variation
@@ -67,34 +70,49 @@ def _read_csv(path: Path) -> tuple[list[str], dict[str, str], int]:
     return ops, others, int(steps.max()) if len(steps) else 1
 
 
-def choose(graph, spec: str) -> Choice:
-    """The ops of `graph` (an OpGraph) that `spec` names: comma-separated CSVs (or report folders), op types and
-    op ids, in any mix (a second report, made with `trace --patch`, adds to the first)."""
+@dataclasses.dataclass
+class Named:
+    """What a spec names, read before any step is traced: the ops its CSVs name, the CSV sources no patch fixes,
+    and the items given directly (op types or op ids, told apart only against a step's graph)."""
+
+    ops: list[str]
+    not_ops: dict[str, str]
+    other_items: list[str]
+    through_step: int
+
+
+def read_spec(spec: str) -> Named:
+    """Every CSV or report folder `spec` names, read (a missing or foreign one is a usage error), and its other
+    items."""
     items = [s.strip() for s in spec.split(",") if s.strip()]
     if not items:
         raise UsageError("--patch names nothing")
-    names: list[str] = []
-    types: list[str] = []
-    others: dict[str, str] = {}
-    through = 1
+    named = Named([], {}, [], 1)
     for item in items:
         path = _csv_path(item)
-        if path is not None:
-            ops, kinds, step = _read_csv(path)
-            names += ops
-            others.update(kinds)
-            through = max(through, step)
-        elif item not in graph.g and item in PATCHES:
-            types.append(item)
-        else:
-            names.append(item)
-    names = list(dict.fromkeys(names))
-    named = names + [n for n in others if n not in names]  # every source named must be an op of this step
-    renamed = _renumbered(graph, [n for n in named if n not in graph.g])
+        if path is None:
+            named.other_items.append(item)
+            continue
+        ops, kinds, step = _read_csv(path)
+        named.ops += [op for op in ops if op not in named.ops]
+        named.not_ops.update(kinds)
+        named.through_step = max(named.through_step, step)
+    return named
+
+
+def choose(graph, spec: str) -> Choice:
+    """The ops of `graph` (an OpGraph) that `spec` names: comma-separated CSVs (or report folders), op types and
+    op ids, in any mix (a second report, made with `trace --patch`, adds to the first)."""
+    named = read_spec(spec)
+    types = [item for item in named.other_items if item not in graph.g and item in PATCHES]
+    names = list(dict.fromkeys(named.ops + [item for item in named.other_items if item not in types]))
+    others = named.not_ops
+    everything = names + [n for n in others if n not in names]  # every source named must be an op of this step
+    renamed = _renumbered(graph, [n for n in everything if n not in graph.g])
     ops = [renamed.get(n, n) for n in names if n in graph.g or n in renamed]
     ops += [op for op in graph.g if graph.op_type(op) in types and op not in ops]
-    return Choice(spec=spec, ops=ops, unmatched=[n for n in named if n not in graph.g and n not in renamed],
-                  renamed=renamed, not_ops=others, through_step=through)
+    return Choice(spec=spec, ops=ops, unmatched=[n for n in everything if n not in graph.g and n not in renamed],
+                  renamed=renamed, not_ops=others, through_step=named.through_step)
 
 
 def _loose(op: str) -> str:
@@ -119,6 +137,4 @@ def _renumbered(graph, missing: list[str]) -> dict[str, str]:
 def through_step(spec: str) -> int:
     """The latest step at which a source of the spec's CSVs first differed (1 without a CSV), read before any
     trace."""
-    steps = [_read_csv(path)[2] for item in spec.split(",") if item.strip()
-             for path in [_csv_path(item.strip())] if path is not None]
-    return max(steps, default=1)
+    return read_spec(spec).through_step

@@ -1,27 +1,66 @@
-"""The record of `opbisect fix`: each trace round, why the rounds ended, the final verify's decision, and the lines
-a training script needs to keep the fix. Plain dataclasses; the decisions are made once, by opbisect.rounds."""
+"""The record of `opbisect fix`: each round (a trace in a fresh process, its own record beside), why the rounds ended,
+verify's decision, what the fix recommends (a configuration, as data), and the user's own test run on it: two fresh
+runs of the script with the recommendation applied. Plain dataclasses; the decisions are made once, by opbisect.fix.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import shlex
 
 from ..errors import EXIT_CLEAN, EXIT_FOUND
 
-FIX_VERSION = 1
-AS_WRITTEN = "as written"  # the recommendation where the step was reproducible before any patch
+FIX_VERSION = 2  # 2: the user's test, the recommendation as data, each round's seed and environment
+AS_WRITTEN = "as written"  # the recommendation where the script was reproducible before any change
+SEEDED = "seeded"  # where seeding alone (the seed, PYTHONHASHSEED) made it reproducible
 
 
 @dataclasses.dataclass
 class Round:
     number: int  # 1-based
-    exit_code: int  # the trace's verdict on the step as this round ran it: 0 reproducible, 1 not
-    switches: list[str]  # family switches set for it (environment variables)
+    exit_code: int  # the trace's verdict on the script as this round ran it: 0 reproducible, 1 not
+    switches: list[str]  # environment variables set for it (family switches, PYTHONHASHSEED, ...), NAME=value
     patched: list[str]  # ops it traced already replaced
     sources: list[str]  # the sources it named, ranked
-    new: list[str]  # those no earlier round named: what the next round patches
+    new: list[str]  # those no earlier round named
     seconds: float
     report: str  # its report folder, relative to the fix folder
     runs: int = 0  # runs of each of its passes: more than fix's --runs where it looked harder (0: not recorded)
+    seed: str = ""  # the seed it pinned (`trace --seed`), "" for none
+    looked_harder: str = ""  # why it ran its passes again with --max-runs runs ("" where it did not)
+    cause: list[str] = dataclasses.field(default_factory=list)  # its fresh-process check's cause (ir/randomness.py)
+
+
+@dataclasses.dataclass
+class Recommendation:
+    """A configuration of the user's script: what `opbisect run` applies, and what the script would need to keep."""
+
+    variant: str  # verify's variant (patched, global switch, ...), or AS_WRITTEN, or SEEDED
+    patch: str = ""  # the fix's patch.csv, "" where nothing is patched
+    seed: str = ""  # keras.utils.set_random_seed's seed, "" where none is needed
+    env: dict[str, str] = dataclasses.field(default_factory=dict)  # set before Python starts
+    ratio: float | None = None  # the step's cost against the plain step, by verify
+
+    def command(self, script: str, args: list[str]) -> str:
+        """The `opbisect run` command line that applies it."""
+        env = [f"{k}={v}" for k, v in sorted(self.env.items())]
+        flags = (["--patch", self.patch] if self.patch else []) + (["--seed", self.seed] if self.seed else [])
+        tail = ["--", *args] if args else []
+        return shlex.join([*env, "opbisect", "run", *flags, script, *tail])
+
+
+@dataclasses.dataclass
+class UserTest:
+    """Two fresh runs of the script with the recommendation applied (`opbisect run`), compared after every step."""
+
+    command: str  # the command each ran
+    steps: int  # the training steps each ran (calls of the train function or step; 0: to the script's end)
+    ran: list[int]  # the steps each run digested
+    agreed: bool
+    first_apart: int | None = None  # the step after which they differ (0: at the training call)
+    apart: list[str] = dataclasses.field(default_factory=list)  # the variables that differ there
+    final: list[str] = dataclasses.field(default_factory=list)  # each run's last digest of every variable
+    error: str = ""  # a run that failed: why
 
 
 @dataclasses.dataclass
@@ -30,15 +69,18 @@ class Fix:
     script_path: str
     form: str  # the target form (step, keras, fit): what `opbisect.deterministic` is given
     rounds: list[Round]
-    stopped: str  # why the rounds ended
+    stopped: str  # why the rounds ended (fix.plan.Stop's name)
+    why: str  # the same, in words
     switches: list[str]  # the family switches the patched ops with no rewrite need
     verify: str = ""  # the verify report folder, relative to the fix folder ("" where none ran)
-    recommendation: str = ""  # verify's, or AS_WRITTEN; "" when no variant was bitwise reproducible
-    recommended_ratio: float | None = None  # its cost against the plain step
+    recommendation: Recommendation | None = None  # None: no configuration to recommend
     lines: list[str] = dataclasses.field(default_factory=list)  # what to put in the training script
+    test: UserTest | None = None  # the user's test on the recommendation
+    script_args: list[str] = dataclasses.field(default_factory=list)
     version: int = FIX_VERSION
 
     @property
     def exit_code(self) -> int:
-        """0 iff the recommended configuration is bitwise reproducible (git bisect: good), else 1."""
-        return EXIT_CLEAN if self.recommendation else EXIT_FOUND
+        """0 iff a configuration is recommended and two fresh runs of the script with it agree bit for bit (git
+        bisect: good), else 1."""
+        return EXIT_CLEAN if self.recommendation and self.test and self.test.agreed else EXIT_FOUND

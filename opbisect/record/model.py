@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-RECORD_VERSION = 7
+RECORD_VERSION = 8  # 8: the fresh-process check (`fresh`), sources' `detail`
 
 
 @dataclasses.dataclass
@@ -172,6 +172,7 @@ class Source:
     replica: int | None = None  # under tf.distribute: the replica whose copy of the step the op belongs to
     device: str = ""  # the device the op was placed on in the graph (e.g. GPU:1), when the graph says
     worker: int | None = None  # --workers: the task index of the worker whose step the op belongs to
+    detail: str = ""  # kind init: the layer and initializer that made the variable; kind input: what fed the batch
     replay_note: str = dataclasses.field(default="", metadata={"csv": False})
     position: int = dataclasses.field(default=0, metadata={"csv": False})  # in the graph's topological order
     tensors: list[str] = dataclasses.field(default_factory=list, metadata={"csv": False})  # what differed
@@ -195,6 +196,63 @@ class CrossProcess:
     @property
     def differs(self) -> bool:
         return self.first_differing_step is not None
+
+
+@dataclasses.dataclass
+class Made:
+    """Where a variable was made: the line of the user's script ("" where none of its frames is the script's) and,
+    where a Keras layer made it, the layer and its initializer."""
+
+    site: str
+    maker: str = ""
+
+
+@dataclasses.dataclass
+class Probe:
+    """What one fresh process of the script saw at its training call: the fresh-process check's data file, written
+    by a child process (`trace --probe`) and compared with this process's own (analysis/fresh.py)."""
+
+    initial: dict[str, int]  # every variable's fingerprint at the training call, by key
+    runs: Trajectory  # one run of the plain step from there (batches, outputs, state after each step); no steps
+    # where the probe pinned a source (the cause experiment compares the state and batches only)
+    created: dict[str, Made] = dataclasses.field(default_factory=dict)  # variable key -> where it was made
+    pins: list[str] = dataclasses.field(default_factory=list)  # the sources it pinned (ir/randomness.py)
+    hash_seed: str = "unset"  # PYTHONHASHSEED in that process
+    version: int = 1
+
+
+@dataclasses.dataclass
+class Cause:
+    """The experiment behind a fresh-process difference: pairs of fresh processes, each pair with sources of
+    randomness pinned (ir/randomness.py), until a pair agrees."""
+
+    sources: list[str]  # the sources whose pinning made a pair agree, together ([]: no pinning did)
+    tried: list[list[str]]  # each set pinned, in order
+    agreed: list[bool]  # whether that pair's state and batches agreed
+
+    @property
+    def found(self) -> bool:
+        return bool(self.sources)
+
+
+@dataclasses.dataclass
+class FreshCheck:
+    """The user's own test, at the training call: this process and a second fresh one, each running the script to
+    it, compared on everything the step reads (every variable, the batches) and on the step's results."""
+
+    hash_seed: str  # the user's PYTHONHASHSEED ("unset": each process draws its own)
+    init: list[str]  # variables whose value at the training call differs between the processes
+    batches: list[int]  # steps (1-based) whose batch differs
+    first_differing_step: int | None  # state and batches alike: the first step whose result differs
+    steps: int  # the steps compared
+    cause: Cause | None = None  # where state or batches differ
+    created: dict[str, Made] = dataclasses.field(default_factory=dict)  # a differing variable -> where it was made
+    set_sites: list[str] = dataclasses.field(default_factory=list)  # where the script iterates a `set` (file:line)
+    error: str = ""  # the second process gave no probe: why (the verdict is this process's alone)
+
+    @property
+    def apart(self) -> bool:
+        return bool(self.init or self.batches or self.first_differing_step)
 
 
 @dataclasses.dataclass
@@ -334,6 +392,7 @@ class Record:
     processes: CrossProcess | None = None
     ladder: Ladder | None = None  # --replicas: the rungs and what they show (this record is the full rung's)
     seeded: list[SeededDraw] = dataclasses.field(default_factory=list)  # restarted every run; no checkpoint holds them
+    fresh: FreshCheck | None = None  # the fresh-process check (None: not run, e.g. --no-fresh-check, --processes)
     version: int = RECORD_VERSION
 
     @property

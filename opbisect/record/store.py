@@ -139,6 +139,59 @@ def _graph_problems(graph) -> list[str]:
     return []
 
 
+def save_probe(probe, path: Path) -> None:
+    """A fresh-process probe (record.model.Probe), written whole or not at all."""
+    partial = Path(f"{path}.{os.getpid()}.partial")
+    try:
+        partial.write_text(json.dumps(_plain(probe)))
+        os.replace(partial, path)
+    except OSError as exc:
+        raise ReportWriteError(f"writing the probe {path} failed ({exc.strerror})") from None
+
+
+def load_verification(path: Path):
+    """verify's record (a verify report folder or its verification.json), validated."""
+    from .verification import VERIFY_VERSION, Verification
+
+    record = _validated(Verification, _named(path, VERIFY_RECORD), "an opbisect verify record")
+    if record.version != VERIFY_VERSION:
+        raise RecordError(f"{path} is a verify record of version {record.version}, not {VERIFY_VERSION}")
+    return record
+
+
+def load_fix(path: Path):
+    """fix's record (a fix report folder or its fix.json), validated."""
+    from .fixing import FIX_VERSION, Fix
+
+    record = _validated(Fix, _named(path, FIX_RECORD), "an opbisect fix record")
+    if record.version != FIX_VERSION:
+        raise RecordError(f"{path} is a fix record of version {record.version}, not {FIX_VERSION}")
+    return record
+
+
+def _named(path: Path, name: str) -> Path:
+    return Path(path) / name if Path(path).is_dir() else Path(path)
+
+
+def load_probe(path: Path):
+    """A fresh-process probe, validated; RecordError where it is not one."""
+    from .model import Probe
+
+    return _validated(Probe, path, "a fresh-process probe")
+
+
+def _validated(kind, path: Path, what: str):
+    import pydantic
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return pydantic.TypeAdapter(kind).validate_python(data)
+    except FileNotFoundError:
+        raise RecordError(f"no such file: {path} ({what})") from None
+    except (OSError, ValueError, RecursionError) as exc:  # pydantic's ValidationError is a ValueError
+        raise RecordError(f"{path} is not {what} ({str(exc).splitlines()[0][:200]})") from None
+
+
 def report_folder_of(path: Path) -> Path | None:
     """The report folder a record path names (the folder itself, or the folder of its record.json), or None for
     a record that lives elsewhere (a pipe, a file of another name)."""
@@ -156,13 +209,19 @@ def reproducers_of(path: Path) -> dict[str, bytes]:
     return {f"repro/{p.name}": p.read_bytes() for p in sorted((folder / "repro").iterdir()) if p.is_file()}
 
 
+VERIFY_RECORD, FIX_RECORD = "verification.json", "fix.json"  # the records of verify's and fix's report folders
+
+
 def script_of(folder: Path) -> str | None:
-    """The resolved script path a report folder belongs to, or None if it holds no opbisect report."""
-    try:
-        with open(folder / SUMMARY_JSON, encoding="utf-8") as fh:
-            return json.load(fh)["script_path"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    """The resolved script path a report folder belongs to (trace's, verify's or fix's), or None if it holds no
+    opbisect report."""
+    for name in (SUMMARY_JSON, FIX_RECORD, VERIFY_RECORD):
+        try:
+            with open(folder / name, encoding="utf-8") as fh:
+                return json.load(fh)["script_path"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
 
 
 @contextlib.contextmanager

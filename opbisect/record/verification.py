@@ -17,7 +17,8 @@ import dataclasses
 
 from ..errors import EXIT_CLEAN, EXIT_FOUND
 
-VERIFY_VERSION = 3  # 2: each variant's timed steps and its ratio's interval; 3: `autotuned`, `steps`
+VERIFY_VERSION = 4  # 2: each variant's timed steps and its ratio's interval; 3: `autotuned`, `steps`;
+# 4: each variant's configuration as data (`patched`, `switches`, `global_switch`)
 PLAIN, PATCHED, GLOBAL, CPU_REFERENCE = "plain", "patched", "global switch", "cpu reference"
 
 
@@ -41,6 +42,11 @@ class Variant:
     comparable: bool = True  # False: started from other values (another process, unseeded inputs)
     error: str = ""  # why it did not run (e.g. an op with no deterministic kernel raised under the switch)
     autotuned: bool = False  # its GPU convolutions' algorithms are picked by timing in each process
+    # what the variant is, as data (its name says it in words): opbisect's patch applied, the environment variables
+    # set to 1 before TensorFlow starts (family switches), TensorFlow's global switch (enable_op_determinism)
+    patched: bool = False
+    switches: list[str] = dataclasses.field(default_factory=list)
+    global_switch: bool = False
 
     @property
     def reproducible(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..record.fixing import AS_WRITTEN, Fix
+from ..record.fixing import Fix
 from ..record.verification import Verification
 from . import drawing, verify_view
 from .html import CSS
@@ -18,30 +18,44 @@ from .html import CSS
 FILENAME = "report.html"
 
 
-def page(fix: Fix, verification: Verification | None) -> str:
-    verdict = "deterministic" if fix.recommendation else "nondeterministic"
-    said = (f"{fix.recommendation}, bitwise reproducible" if fix.recommendation and fix.recommendation != AS_WRITTEN
-            else "the step is bitwise reproducible as written" if fix.recommendation
-            else "no configuration was bitwise reproducible")
+def page(fix: Fix, verification: Verification | None, answer: list[str]) -> str:
+    """The page; `answer`: the fix's first lines (report/fix_view.py), the verdict and the command."""
+    verdict = "deterministic" if fix.exit_code == 0 else "nondeterministic"
+    said, *command = answer
     return ('<!DOCTYPE html>\n<html xmlns="http://www.w3.org/1999/xhtml" lang="en"><head><meta charset="utf-8"/>'
             f"<title>opbisect fix {escape(fix.script)}</title><style>{CSS}</style></head><body>"
             f"<h1>opbisect fix <code>{escape(fix.script)}</code></h1>"
-            f'<p class="verdict" data-verdict="{verdict}" data-exit="{fix.exit_code}">Recommendation: '
-            f"{escape(said)} (exit {fix.exit_code})</p>"
-            + _rounds(fix) + _verify(verification) + _keep(fix) + "</body></html>\n")
+            f'<p class="verdict" data-verdict="{verdict}" data-exit="{fix.exit_code}">{escape(said)}</p>'
+            + "".join(f"<pre>{escape(c.strip())}</pre>" for c in command)
+            + _rounds(fix) + _test(fix) + _verify(verification) + _keep(fix) + "</body></html>\n")
 
 
 def _rounds(fix: Fix) -> str:
     rows = "".join(
         f'<tr data-round="{r.number}" data-exit="{r.exit_code}" data-runs="{r.runs}"><td class="num">{r.number}</td>'
         f'<td class="num">{r.runs or "-"}</td>'
-        f"<td>{escape(' '.join(s + '=1' for s in r.switches)) or '-'}</td><td class=\"num\">{len(r.patched)}</td>"
+        f"<td>{escape(' '.join(r.switches + ([f'--seed {r.seed}'] if r.seed else []))) or '-'}</td>"
+        f'<td class="num">{len(r.patched)}</td>'
         f"<td>{'bitwise reproducible' if r.exit_code == 0 else _ops(r.sources)}</td><td>{_ops(r.new) or '-'}</td>"
-        f'<td class="num">{r.seconds}</td><td><code>{escape(r.report)}</code></td></tr>' for r in fix.rounds)
-    return ("<h2>Rounds</h2><p>Each round traces the step with every source of the rounds before it patched: a source "
-            "hides the sources after it.</p><div class=\"scroll\"><table><tr><th>round</th><th>runs</th>"
-            "<th>switches</th><th>ops patched</th><th>sources</th><th>new</th><th>seconds</th><th>report</th></tr>"
-            f"{rows}</table></div><p data-stopped=\"\">Rounds ended: {escape(fix.stopped)}.</p>")
+        f'<td class="num">{r.seconds}</td><td><a href="{escape(r.report)}/summary.txt"><code>{escape(r.report)}'
+        f"</code></a></td></tr>" for r in fix.rounds)
+    return ("<h2>Rounds</h2><p>Each round traces the script with everything the rounds before it found applied: a "
+            "source hides the sources after it.</p><div class=\"scroll\"><table><tr><th>round</th><th>runs</th>"
+            "<th>applied</th><th>ops patched</th><th>sources</th><th>new</th><th>seconds</th><th>report</th></tr>"
+            f"{rows}</table></div><p data-stopped=\"{escape(fix.stopped)}\">Rounds ended: {escape(fix.why)}.</p>")
+
+
+def _test(fix: Fix) -> str:
+    t = fix.test
+    if t is None:
+        return ""
+    said = "agree bit for bit" if t.agreed else (t.error or (
+        f"differ {'at the training call' if t.first_apart == 0 else f'after step {t.first_apart}'}: "
+        + ", ".join(t.apart[:8])))
+    return (f'<h2>The user\'s test</h2><p data-agreed="{str(t.agreed).lower()}">Two fresh runs of '
+            f"<code>{escape(t.command)}</code>, "
+            + (f"{t.steps} training steps each" if t.steps else "each to the script's end")
+            + f": {escape(said)}.</p>")
 
 
 def _ops(ops: list[str]) -> str:

@@ -15,7 +15,7 @@ from ..record import store
 from ..record.verification import PATCHED, PLAIN, Verification
 from ..words import listed, printable
 
-RECORD = "verification.json"
+RECORD = store.VERIFY_RECORD
 CSV = "variants.csv"
 TEXT = "summary.txt"
 COLUMNS = ["variant", "reproducible", "distinct", "runs", "step_ms", "timed", "ratio", "ratio_low", "ratio_high",

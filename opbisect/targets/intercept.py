@@ -1,9 +1,10 @@
 """Zero edits: run the user's training script as `python train.py ARGS` would, and stop it at its first training call.
 
-    run_to_training(path, argv, at, steps)
+    run_to_training(runner, at, steps)
       hooks: Keras 3 and tf_keras Model.make_train_function (what fit and train_on_batch call), and tf.function's
-             __call__ (a custom loop's step: a function that computes gradients and writes variables)
-      runpy.run_path(path, run_name="__main__") with sys.argv = [path, *argv]
+             __call__ (a custom loop's step: a function that computes gradients and writes variables), each
+             attached once the script has imported that module (targets/imports.py)
+      runner.run(...)                  targets/script.py: the script as `python path argv...` runs it
       the chosen call raises Intercepted (a BaseException: the script's own `except Exception` lets it through),
       carrying what the analysis needs; the script's training does not run on
 
@@ -23,7 +24,6 @@ import ast
 import contextlib
 import dataclasses
 import io
-import runpy
 import sys
 import time
 import traceback
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import tfcompat
-from ..errors import TargetError, Terminated, UsageError
-from .user_errors import error_summary, user_traceback
+from ..errors import TargetError, UsageError
+from .script import ScriptStop
 
 GRADIENT_MARKS = ("gradient_tape/", "gradients/")  # name scopes of the ops tf.GradientTape and tf.gradients make
 WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceApply", "ResourceSparseApply",
@@ -75,7 +75,7 @@ class Caught:
     name: str = ""  # the function's or the model's name
 
 
-class Intercepted(BaseException):
+class Intercepted(ScriptStop):
     def __init__(self, caught: Caught):
         super().__init__(caught.kind)
         self.caught = caught
@@ -239,9 +239,14 @@ def _put_back(saved: list) -> None:
 
 @contextlib.contextmanager
 def hooked(hooks):
-    """Within: every Keras model's make_train_function (both Keras lines) goes through
+    """Within: every Keras model's make_train_function (of each Keras line the script imports) goes through
     `hooks.make_train_function(model, make, args, kwargs)`, and every tf.function call through
-    `hooks.step_call(function, args, kwargs, call)`; both put back after, whatever happens."""
+    `hooks.step_call(function, args, kwargs, call)`; both put back after, whatever happens. Nothing is imported
+    here: each hook is attached when the script's own import of TensorFlow or of a Keras line has finished
+    (targets/imports.py), so the script gets the Keras it chose."""
+    from .imports import when_imported
+    from .script import passing_through
+
     patched = []
 
     def patch(owner, name, make):
@@ -251,19 +256,24 @@ def hooked(hooks):
 
     def make_train_function(original):
         def hooked(self, *args, **kwargs):
-            return hooks.make_train_function(self, original, args, kwargs)
+            return passing_through(hooks.make_train_function)(self, original, args, kwargs)
         return hooked
 
     def function_call(original):
         def hooked(self, *args, **kwargs):
-            return hooks.step_call(self, args, kwargs, lambda: original(self, *args, **kwargs))
+            return passing_through(hooks.step_call)(self, args, kwargs, lambda: original(self, *args, **kwargs))
         return hooked
 
-    for keras in tfcompat.keras_lines():
+    def on_keras(keras):
         patch(keras.Model, "make_train_function", make_train_function)
-    patch(tfcompat.function_class(), "__call__", function_call)
+
+    def on_tensorflow(tf):
+        patch(tfcompat.function_class(), "__call__", function_call)
+
     try:
-        yield
+        with when_imported({"tensorflow": passing_through(on_tensorflow), "keras": passing_through(on_keras),
+                            "tf_keras": passing_through(on_keras)}):
+            yield
     finally:
         for owner, name, original in reversed(patched):
             setattr(owner, name, original)
@@ -283,32 +293,26 @@ class _Tee(io.TextIOBase):
         self.shown.flush()
 
 
-def run_to_training(path: Path, argv: list[str], at: Point, steps: int) -> Caught:
-    """Run the script as `python path argv...` until its training call `at`; what it took there. A script that
-    ends, or exits, with no such call cannot be tested (TargetError)."""
+def run_to_training(runner, at: Point, steps: int, *contexts) -> Caught:
+    """Run the script (a targets.script.ScriptRunner) until its training call `at`, with `contexts` held (the
+    TensorFlow setup); what it took there. A script that ends with no such call raises NoTrainingCall with what it
+    defined (a target contract, maybe); one that exits before it cannot be tested."""
+    from .script import ScriptExit
 
-    path = Path(path)
     output = io.StringIO()
-    hooks = _Hooks(path, at, steps, time.time(), output)
-    saved_argv, saved_stdout = list(sys.argv), sys.stdout
-    sys.argv = [str(path), *argv]
+    hooks = _Hooks(runner.path, at, steps, time.time(), output)
+    saved_stdout = sys.stdout
     sys.stdout = _Tee(sys.stdout, output)  # the script's output is shown (on stderr's side of the report) and kept
     try:
-        with hooked(hooks):
-            names = runpy.run_path(str(path), run_name="__main__")
+        names = runner.run(*contexts, hooked(hooks), during="before its training call")
     except Intercepted as got:
         return got.caught
-    except SystemExit as exc:
-        raise TargetError(f"{path} exited (sys.exit({exc.code!r})) before any training call opbisect can take: "
-                          f"Keras fit/train_on_batch, or a tf.function that computes gradients and writes "
+    except ScriptExit as exc:
+        raise TargetError(f"{runner.path} exited (sys.exit({exc.value!r})) before any training call opbisect can "
+                          f"take: Keras fit/train_on_batch, or a tf.function that computes gradients and writes "
                           f"variables") from None
-    except (KeyboardInterrupt, Terminated):
-        raise
-    except BaseException as exc:  # noqa: BLE001 - the user's own code raised: show it
-        raise TargetError(f"{path} raised {error_summary(exc)} before its training call",
-                          user_traceback(exc, path)) from None
     finally:
-        sys.argv, sys.stdout = saved_argv, saved_stdout
+        sys.stdout = saved_stdout
     what = {"any": "training call", "fit": f"Keras training call number {at.index}",
             "call": f"training step call number {at.index}", "step": f"call of the tf.function {at.name!r}"}[at.kind]
     raise NoTrainingCall(f"run as it is, it ran to its end with no {what} opbisect can take (Keras "

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .. import tfcompat
-from ..errors import CannotTest, TargetError, Terminated, UsageError
+from ..errors import CannotTest, TargetError
 from . import intercept
 from .user_errors import error_summary, user_traceback
 
@@ -76,24 +75,13 @@ def script_path(script: Path) -> Path:
         raise TargetError(f"{script} cannot be loaded ({exc})") from None
 
 
-def load_module(path: Path):
-    if path.is_dir() or (path.suffix != ".py" and path.exists()):
-        raise UsageError(f"expected a Python script (model_step.py), got {path}")
-    if not path.exists():  # at this revision: git bisect skips it
-        raise TargetError(f"no such file: {path}")
-    name = _module_name(path)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # taken back by importable()
-    try:
-        spec.loader.exec_module(module)
-    except SyntaxError as exc:
-        raise TargetError(f"{path} has a syntax error (line {exc.lineno})", user_traceback(exc, path)) from None
-    except BaseException as exc:  # noqa: BLE001 - the user's own code raised: show it, whatever it was
-        if isinstance(exc, (KeyboardInterrupt, Terminated)):
-            raise
-        raise TargetError(f"{path} raised {error_summary(exc)} while loading", user_traceback(exc, path)) from None
-    return module
+def load_module(path: Path, *contexts):
+    """The script run as its own module (not __main__), under `contexts`: the target contract's module."""
+    from .script import ScriptRunner
+
+    runner = ScriptRunner(path, module_name=_module_name(path))  # kept in sys.modules by importable()
+    runner.run(*contexts, during="while loading")
+    return runner.loaded
 
 
 def _public_names(names: dict) -> list[str]:
@@ -313,35 +301,38 @@ def _signature(dataset) -> tuple:
 
 
 def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs", argv: list[str] = (),
-                at: str = "", steps: int = 1) -> Target:
-    """The target of `path`: what it defines (the target contract), or, for a script that defines none of it, its
-    training call, taken while the script runs as `python path argv...` (targets/intercept.py; `at` picks the
-    call, `steps` the batches or calls taken)."""
+                at: str = "", steps: int = 1, *contexts) -> Target:
+    """The target of `path`. The script always runs under the intercept's hooks (with `contexts`: the TensorFlow
+    setup), so it is never run to its end before opbisect knows what it is: a training call it makes is taken
+    (targets/intercept.py; `at` picks the call, `steps` the batches or calls taken), and a script that makes none is
+    the target contract where the names it defined have the contract's types. A script whose top level names the
+    contract (read, not run) runs as its own module, so its `if __name__ == "__main__"` block stays out, unless
+    `--at` asks for a training call of it as a script."""
+    from .script import MAIN, ScriptRunner
+
     path = Path(path)
-    if path.is_file() and not intercept.defines_contract(path, step_name, inputs_name):
-        try:
-            caught = intercept.run_to_training(path, list(argv), intercept.Point.parse(at), steps)
-        except intercept.NoTrainingCall as exc:
-            # no training call: the contract after all, where the script defined it in a way its source hides
-            # (globals().update(runpy.run_path(...)))
-            module = _as_module(path, exc.names)
-            if not intercept.has_contract(exc.names, step_name, inputs_name):
-                raise TargetError(f"{_contract_missing(path, exc.names, step_name, inputs_name)}; {exc}") from None
-            return _contract_target(path, module, step_name, inputs_name)
-        return intercepted_target(path, caught)
-    if at:
-        raise UsageError(f"--at picks a training call of a script run as it is; {path} defines the target contract "
-                         f"(`{step_name}` and `{inputs_name}`, or `model`)")
-    return _contract_target(path, load_module(path), step_name, inputs_name)
+    contract = not at and intercept.defines_contract(path, step_name, inputs_name)
+    runner = ScriptRunner(path, argv, _module_name(path) if contract else MAIN)
+    try:
+        caught = intercept.run_to_training(runner, intercept.Point.parse(at), steps, *contexts)
+    except intercept.NoTrainingCall as exc:
+        why = contract_mismatch(exc.names, step_name, inputs_name)
+        if why:
+            raise TargetError(f"{why}; {exc}") from None
+        return _contract_target(path, runner.loaded, step_name, inputs_name)
+    return intercepted_target(path, caught)
 
 
-def _as_module(path: Path, names: dict):
-    """A module holding what a script run as `__main__` defined (the loader reads a module's names)."""
-    import types
-
-    module = types.ModuleType(_module_name(path))
-    module.__dict__.update(names)
-    return module
+def contract_mismatch(names: dict, step_name: str, inputs_name: str) -> str:
+    """Why the names a script defined are no target contract ("" where they are one): `step` a tf.function or a
+    callable beside `inputs`, or `model` a Keras model beside `data` or `fit_kwargs`. A name that has the
+    contract's spelling but not its type (a loop counter called `step`) makes no contract."""
+    step, model = names.get(step_name), names.get("model")
+    if step_name in names and inputs_name in names:  # `inputs` is checked as the contract's (its message says how)
+        return "" if callable(step) else f"`{step_name}` is a {type(step).__name__}, not a tf.function or a callable"
+    if "model" in names and {"data", "fit_kwargs"} & set(names):
+        return "" if hasattr(model, "train_step") else f"`model` is a {type(model).__name__}, not a Keras model"
+    return _contract_missing(Path(names.get("__file__", "the script")), names, step_name, inputs_name)
 
 
 def _contract_target(path: Path, module, step_name: str, inputs_name: str) -> Target:

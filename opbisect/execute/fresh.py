@@ -1,0 +1,141 @@
+"""The fresh-process check, run (analysis/fresh.py decides): a second fresh process of the script, brought to the same
+training call beside this process's own passes, and where the two start it differently, the experiment that names the
+source of randomness behind it.
+
+    with FreshRun(settings) as fresh:           a child `opbisect trace SCRIPT --probe FILE` starts at once, in the
+        record, files = experiment(settings)    user's environment (an unset PYTHONHASHSEED stays unset)
+        record = fresh.checked(record)          its probe against this process's; where the state or the batches
+                                                differ, pairs of fresh probes, each pair with sources pinned
+                                                (ir/randomness.py), until a pair agrees
+    probe(settings)                             in the child: the step prepared (the script run to its training
+                                                call), one plain run; its probe file
+
+A probe that fails to come (the script fails in the child) leaves the verdict this process's own and says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+from pathlib import Path
+
+from ..analysis import fresh as decide
+from ..errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+from ..ir.randomness import SEED
+from ..record import store
+from ..record.model import FreshCheck, Probe, Record
+from . import children
+
+FIRST = "a"  # the second fresh process's probe file (this process is the first)
+
+
+class FreshRun:
+    def __init__(self, settings):
+        self.settings = settings
+        self.folder: Path | None = None
+        self.running: list[subprocess.Popen] = []
+
+    def __enter__(self) -> "FreshRun":
+        self._tmp = store.temporary("opbisect-fresh-")
+        self.folder = Path(self._tmp.__enter__())
+        self.first = self._start([], FIRST)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in self.running:
+            if proc.poll() is None:
+                children.end(proc)
+        self._tmp.__exit__(*exc)
+
+    def _start(self, pins: list[str], name: str) -> tuple:
+        path = self.folder / f"{name}.json"
+        child = dataclasses.replace(self.settings, probe=path, pins=",".join(pins), fresh=False, progress=False,
+                                    html=False, replay=False, max_runs=0, out=self.folder / "out")
+        cmd = children.command_line("trace", child.to_argv())
+        env = {**os.environ, "PYTHONHASHSEED": str(SEED)} if "hash" in pins else dict(os.environ)
+        proc = children.start(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.running.append(proc)
+        return proc, cmd, path
+
+    def _probe(self, started: tuple, what: str) -> Probe:
+        proc, cmd, path = started
+        children.verdict(children.finish(proc, cmd), what)
+        return store.load_probe(path)
+
+    def checked(self, record: Record) -> Record:
+        """The record with the check's facts, its sources and its verdict."""
+        hash_seed = os.environ.get("PYTHONHASHSEED", "unset")
+        try:
+            other = self._probe(self.first, "the fresh-process check's second process")
+        except children.ChildFailed as exc:
+            if exc.exit_code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+                raise
+            failed = FreshCheck(hash_seed=hash_seed, init=[], batches=[], first_differing_step=None, steps=0,
+                                error=str(exc))
+            return dataclasses.replace(record, fresh=failed)
+        check = decide.check(decide.own_probe(record), other, record.default.first_differing_step(), hash_seed)
+        if check.init or check.batches:
+            check.cause = self.cause(bool(check.init))
+            check.set_sites = decide.set_sites(self.settings.script) if "hash" in check.cause.sources else []
+        return merged(record, check)
+
+    def cause(self, state_differs: bool):
+        """Pairs of fresh probes, each pair with one set of sources pinned, until a pair agrees."""
+        tried, agreed = [], []
+        for pins in decide.candidates(state_differs):
+            pair = [self._start(pins, f"{'-'.join(pins)}.{i}") for i in (1, 2)]  # side by side
+            a, b = (self._probe(p, f"the fresh-process check's probe pinning {', '.join(pins)}") for p in pair)
+            tried.append(pins)
+            agreed.append(decide.agree(a, b))
+            if agreed[-1]:
+                break
+        return decide.cause_of(tried, agreed)
+
+
+def merged(record: Record, check: FreshCheck) -> Record:
+    """The record with the check: its facts, its sources (ranked with the rest) and the verdict."""
+    from ..analysis import facts
+    from ..analysis.rank import rank
+
+    where = record.meta.intercepted.get("where", "")
+    remedy = decide.remedy(check.cause, check.created, check.set_sites)
+    sources = rank(record.sources + decide.rows(check, where, remedy))
+    verdict = facts.with_fresh_processes(record.facts.verdict, decide.evidence(check))
+    return dataclasses.replace(record, fresh=check, sources=sources,
+                               facts=dataclasses.replace(record.facts, verdict=verdict))
+
+
+def probe(settings) -> int:
+    """In the child: bring the script to its training call (the sources `settings.pins` names pinned, every
+    variable's making recorded), run the plain step once from there, and leave the probe file."""
+    from ..session import script_contexts
+    from ..targets.creation import Creation
+    from ..targets.loader import importable
+    from ..targets.seeding import pinned
+    from .prepared import prepare
+    from .runner import Feeder, Runner
+
+    pins = {p for p in settings.pins.split(",") if p}
+    creation = Creation(settings.script)
+    with importable(settings.script):
+        step = prepare(settings.script, settings.step_name, settings.inputs_name, settings.device,
+                       settings.fingerprint, settings.patch, argv=settings.script_args, at=settings.at,
+                       steps=settings.steps,
+                       contexts=(*script_contexts(settings), pinned(pins, SEED), creation.recording()))
+        runner = Runner(step.trace, step.target, step.state_fps, step.value_fps)
+        feeder = Feeder(step.target, min(settings.steps, step.target.steps_available or settings.steps))
+        if pins:  # the experiment compares the state and the batches: no step runs under a pin
+            runs = _batches_only(runner, feeder)
+        else:
+            runs = runner.plain(step.snapshot(), feeder, 1, None, "fresh-process probe")
+    found = Probe(initial=step.initial_state, runs=runs, created=creation.of(step.trace.variables),
+                  pins=sorted(pins), hash_seed=os.environ.get("PYTHONHASHSEED", "unset"))
+    store.save_probe(found, Path(settings.probe))
+    return 0
+
+
+def _batches_only(runner, feeder):
+    from ..record.model import Trajectory
+
+    return Trajectory(batches=[[runner.arguments(args) for args in feeder.run()]])

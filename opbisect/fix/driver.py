@@ -1,0 +1,170 @@
+"""The fix's search, run: a driver in the shape of torch.fx's net_min_base minimizer (the settings once, one plan per
+round, a report per round, the stop decided in one function, fix/plan.py), ending on the user's own test.
+
+    FixDriver(settings, staging, final, say).run() -> (Fix, Verification | None)
+      trace_round(plan)    `opbisect trace SCRIPT --patch <patch.csv> --seed S` in a fresh process under the plan's
+                           environment (family switches, PYTHONHASHSEED); its record read back
+      plan.decide          the next round, or why the rounds end
+      verify()             `opbisect verify --patch <patch.csv>` in a fresh process, where ops were patched
+      user_test(rec)       two fresh `opbisect run` of the script with the recommendation applied, side by side,
+                           through --check-steps steps, compared step by step
+
+Every child keeps the protocol of execute/children.py; each writes its record into the fix's staged folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from ..execute import children
+from ..execute.digest import combined, first_apart
+from ..patches.selection import FIX_CSV_NAME
+from ..record import store
+from ..record.fixing import Fix, Recommendation, Round, UserTest
+from ..record.model import CSV_COLUMNS, Record
+from ..record.verification import Verification
+from ..report.fix_view import round_line
+from ..settings import FixSettings, RunSettings, TraceSettings, VerifySettings, shared
+from . import plan as decide
+
+
+class FixDriver:
+    def __init__(self, settings: FixSettings, staging: Path, final: Path, say=lambda line: None):
+        self.settings, self.staging, self.final, self.say = settings, staging, final, say
+        self.rows: list[dict] = []  # patch.csv: every op patched, with the round that found it
+        self.rounds: list[Round] = []
+        self.form = "step"
+        self.intercepted = False  # a script that trains (zero edits), or the target contract
+        self.causes: list[str] = []  # the fresh-process check's remedies, as comments for the script
+
+    @property
+    def patch_csv(self) -> Path:
+        return self.staging / FIX_CSV_NAME
+
+    # -- the rounds ----------------------------------------------------------------------------------------------
+    def run(self) -> tuple[Fix, Verification | None]:
+        plan, decision = decide.RoundPlan(1), None
+        while True:
+            record = self.trace_round(plan)
+            decision = decide.decide(plan, record, self.settings.max_rounds)
+            if decision.plan is None:
+                break
+            self._patch(decision)
+            plan = decision.plan
+        verification = self.verify() if plan.ops else None
+        rec = decide.recommendation(plan, verification, str(self.final / FIX_CSV_NAME))
+        fix = Fix(script=str(self.settings.script), script_path=str(self.settings.script.resolve()), form=self.form,
+                  rounds=self.rounds, stopped=decision.stop.name, why=decision.why, switches=list(plan.switches),
+                  verify=f"verify/{self.settings.script.stem}-verify" if verification else "",
+                  recommendation=rec, lines=self.causes + decide.keep_lines(rec, self.form) if rec else [],
+                  script_args=list(self.settings.script_args))
+        if rec is not None:
+            fix.test = self.user_test(rec)
+        return fix, verification
+
+    def round_settings(self, plan: decide.RoundPlan) -> TraceSettings:
+        """The round's trace: the fix's own options, each round's by `shared`, and what the plan applies."""
+        return shared(self.settings, TraceSettings, out=self.staging / f"round{plan.number}",
+                      max_runs=self.settings.round_max_runs(), progress=False, html=False, seed=plan.seed,
+                      patch=str(self.patch_csv) if plan.ops else "")
+
+    def trace_round(self, plan: decide.RoundPlan) -> Record:
+        began = time.time()
+        settings = self.round_settings(plan)
+        env = {**os.environ, **plan.environment()}
+        done = children.run(children.command_line("trace", settings.to_argv()), env)
+        code = children.verdict(done, f"round {plan.number}")
+        record = store.load(settings.out / settings.script.stem)
+        if plan.number == 1:
+            self.form, self.intercepted = record.meta.form, bool(record.meta.intercepted)
+        named = {op for r in self.rounds for op in r.sources}
+        cause = record.fresh.cause.sources if record.fresh and record.fresh.cause else []
+        self.rounds.append(Round(
+            number=plan.number, exit_code=code, switches=[f"{k}={v}" for k, v in sorted(plan.environment().items())],
+            patched=list(record.meta.patched), sources=[s.op_name for s in record.sources],
+            new=[s.op_name for s in record.sources if s.op_name not in named], seconds=round(time.time() - began, 1),
+            report=f"round{plan.number}/{settings.script.stem}", runs=record.meta.runs, seed=plan.seed,
+            looked_harder=record.meta.looked_harder, cause=list(cause)))
+        self.say(round_line(self.rounds[-1]))
+        for s in record.sources:  # one cause, one remedy: once however many variables or batches share it
+            said = f"# what differed between fresh processes ({s.kind}), by experiment: {s.known_remedy}"
+            if s.seen_across == "processes" and s.kind in ("init", "input") and said not in self.causes:
+                self.causes.append(said)
+        return record
+
+    def _patch(self, decision: decide.Decision) -> None:
+        """patch.csv with the round's new ops: what the next round, verify and `opbisect run` take."""
+        for s in decision.patched:
+            self.rows.append({"round": decision.plan.number - 1,
+                              **{k: v for k, v in dataclasses.asdict(s).items() if k in CSV_COLUMNS}})
+        if self.rows:  # a fix that patches nothing writes no patch (`opbisect run --patch` refuses an empty one)
+            pd.DataFrame(self.rows, columns=["round", *CSV_COLUMNS]).to_csv(self.patch_csv, index=False)
+
+    # -- verify ----------------------------------------------------------------------------------------------------
+    def verify(self) -> Verification:
+        s = self.settings
+        settings = shared(s, VerifySettings, patch=str(self.patch_csv), runs=s.verify_runs, out=self.staging / "verify")
+        self.say(f"verify: --patch {FIX_CSV_NAME} ({len(self.rows)} op(s)), {s.verify_runs} runs of each variant")
+        children.verdict(children.run(children.command_line("verify", settings.to_argv()), dict(os.environ)),
+                         "verify")
+        return store.load_verification(settings.out / f"{s.script.stem}-verify")
+
+    # -- the user's test ----------------------------------------------------------------------------------------
+    def user_test(self, rec: Recommendation) -> UserTest:
+        """Two fresh runs of the script with `rec` applied, side by side, compared after every step: its own training
+        (`opbisect run`) for a script that trains, its step (a probe) for the target contract, which trains nothing
+        by itself."""
+        s = self.settings
+        steps = "each to its end" if not s.check_steps else f"{s.check_steps} training steps each"
+        self.say(f"the user's test: two fresh runs of {s.script.name} with the fix, {steps}")
+        runs = [self._started(rec, i) for i in (1, 2)]
+        if self.intercepted:
+            return _compared(rec.command(str(s.script), list(s.script_args)), s.check_steps, runs, _run_digests)
+        said = "two fresh processes of the target contract's step with the fix applied"
+        return _compared(said, s.check_steps, runs, _probe_digests)
+
+    def _started(self, rec: Recommendation, i: int) -> tuple:
+        s, out = self.settings, self.staging / f"check{i}.json"
+        patch = str(self.patch_csv) if rec.patch else ""
+        if self.intercepted:
+            command = "run", shared(s, RunSettings, patch=patch, seed=rec.seed, steps=s.check_steps, digests=out)
+        else:
+            command = "trace", shared(s, TraceSettings, patch=patch, seed=rec.seed, steps=max(1, s.check_steps),
+                                      probe=out, fresh=False, progress=False, out=self.staging / f"check{i}")
+        cmd = children.command_line(command[0], command[1].to_argv())
+        proc = children.start(cmd, {**os.environ, **rec.env}, stdout=children.PIPE, stderr=children.PIPE)
+        return proc, cmd, out
+
+
+def _run_digests(path: Path) -> list[dict]:
+    return json.loads(Path(path).read_text())["steps"]
+
+
+def _probe_digests(path: Path) -> list[dict]:
+    probe = store.load_probe(path)
+    return [probe.initial, *(probe.runs.after[0] if probe.runs.after else [])]
+
+
+def _compared(command: str, steps: int, runs: list, read) -> UserTest:
+    digests, failed = [], ""
+    for proc, cmd, out in runs:
+        done = children.finish(proc, cmd)
+        if done.returncode != 0 or not Path(out).is_file():
+            failed = failed or children.failure(done.returncode, done.stderr, "a run").args[0]
+            continue
+        digests.append(read(out))
+    ran = [len(d) - 1 for d in digests]
+    if not failed and any(not d for d in digests):
+        failed = "the script made no training call"
+    if failed or len(digests) < 2:
+        return UserTest(command=command, steps=steps, ran=ran, agreed=False, error=failed)
+    apart = first_apart(*digests)
+    return UserTest(command=command, steps=steps, ran=ran, agreed=apart is None and ran[0] == ran[1],
+                    first_apart=apart[0] if apart else None, apart=apart[1] if apart else [],
+                    final=[combined({k: str(v) for k, v in d[-1].items()}) for d in digests])

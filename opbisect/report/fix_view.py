@@ -1,0 +1,87 @@
+"""Views of a Fix (`opbisect fix`): the terminal lines and summary.txt (the answer first: whether two fresh runs of
+the script agree with the fix, and the command that applies it), fix.json (the record), patch.csv (written by the
+driver as the rounds went), report.html (report/fix_html.py). They decide nothing: every fact is the record's."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from ..record import store
+from ..record.fixing import AS_WRITTEN, Fix, Recommendation, Round, UserTest
+from ..record.verification import Verification
+from ..words import listed, printable
+from . import fix_html
+
+TEXT = "summary.txt"
+
+
+def answer(fix: Fix) -> list[str]:
+    """The first lines: the verdict with the user's test behind it, and the command to run."""
+    rec, test = fix.recommendation, fix.test
+    head = f"opbisect fix {fix.script}: "
+    if rec is None:
+        return [head + f"no configuration found, exit 1: the rounds ended because {fix.why}"]
+    command = rec.command(fix.script, fix.script_args)
+    if test is None or not test.agreed:
+        return [head + f"NOT reproducible, exit 1: {_apart(test)}", f"  tried: {command}"]
+    what = describe(rec)
+    steps = f"{test.ran[0]} training steps" if test.steps else "the whole script"
+    return [head + f"reproducible {what}, exit 0: two fresh runs agree bit for bit through {steps}",
+            f"  run it so: {command}"]
+
+
+def describe(rec: Recommendation) -> str:
+    """What a recommendation applies, in words: 'as written', 'with opbisect's patch, --seed 7 (1.02x the plain
+    step)'."""
+    if rec.variant == AS_WRITTEN:
+        return "as written"
+    parts = (["opbisect's patch"] if rec.patch else []) + [f"{k}={v}" for k, v in sorted(rec.env.items())]
+    parts += [f"--seed {rec.seed}"] if rec.seed else []
+    cost = f" ({rec.ratio:.2f}x the plain step)" if rec.ratio is not None else ""
+    return "with " + ", ".join(parts) + cost
+
+
+def _apart(test: UserTest | None) -> str:
+    if test is None:
+        return "the user's test did not run"
+    if test.error:
+        return f"a run of the user's test failed: {test.error}"
+    if test.first_apart is None:
+        return f"the two runs trained {' and '.join(map(str, test.ran))} steps"
+    at = "at the training call" if test.first_apart == 0 else f"after step {test.first_apart}"
+    return f"two fresh runs with the fix differ {at} ({len(test.apart)} variable(s): {listed(test.apart)})"
+
+
+def round_line(r: Round) -> str:
+    applied = [f"{len(r.patched)} op(s) patched" if r.patched else "as written"]
+    applied += [f"--seed {r.seed}"] if r.seed else []
+    applied += [f"under {' '.join(r.switches)}"] if r.switches else []
+    did = ", ".join(applied) + (f", {r.runs} runs" if r.runs else "")
+    if r.exit_code == 0:
+        return f"round {r.number} ({did}): bitwise reproducible, {r.seconds} s"
+    cause = f"; cause pinned by experiment: {', '.join(r.cause)}" if r.cause else ""
+    return f"round {r.number} ({did}): {len(r.sources)} source(s), {len(r.new)} new: {listed(r.new)}{cause}, " \
+           f"{r.seconds} s"
+
+
+def lines(fix: Fix, folder: Path | None = None) -> list[str]:
+    out = answer(fix) + [f"{len(fix.rounds)} round(s):"] + [f"  {round_line(r)}" for r in fix.rounds]
+    out.append(f"rounds ended: {fix.why}")
+    if fix.lines:
+        out.append("to keep it in the script instead of `opbisect run`:")
+        out += [f"    {line}" for line in fix.lines]
+    if folder is not None:
+        out.append(f"report: {folder}")
+    return [printable(line) for line in out]
+
+
+def write(fix: Fix, verification: Verification | None, folder: store.ReportFolder) -> Path:
+    """The fix's views into its staged folder (beside the rounds' and verify's reports), then the folder moved into
+    place as one unit, every path in it naming the final folder."""
+    folder.write(store.FIX_RECORD, json.dumps(dataclasses.asdict(fix), indent=1))
+    folder.write(TEXT, "\n".join(lines(fix)) + "\n")
+    folder.write(fix_html.FILENAME, fix_html.page(fix, verification, answer(fix)))
+    folder.point_at_final()
+    return folder.commit()

@@ -1,0 +1,130 @@
+"""The fresh-process check: two fresh runs of the script, the user's own test. Each shipped case (examples/fresh/) is
+an unmodified script that prints `final weights <digest>`: its two fresh runs are the oracle. With no flags, `trace`
+must give the oracle's verdict, the kind of what differs and the cause pinned by experiment; the seeded twin (one
+flag of the script) must come out clean; `fix` must exit 0 only once two fresh runs with its recommendation agree,
+and the command it recommends, run twice, must print one digest."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from opbisect.analysis import fresh
+from opbisect.record.model import Cause, Made, Probe, Trajectory
+
+from conftest import EXAMPLES, ROOT, child_env
+
+CASES = {  # script: (its seeded twin's flag, the kind that differs, the cause the experiment must pin)
+    "keras3_tutorial_seeds": ("--seeded", "init", ["python"]),
+    "tf_keras_tutorial_seeds": ("--seeded", "init", ["python"]),
+    "custom_loop_unseeded": ("--seeded", "init", ["python"]),
+    "set_vocabulary": ("--sorted", "input", ["hash"]),
+    "unseeded_shuffle": ("--seeded", "input", ["tensorflow"]),
+    "parallel_map": ("--deterministic", "input", ["tfdata"]),
+}
+ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONHASHSEED", "TF_USE_LEGACY_KERAS")}  # as a user's
+
+
+def digest(script, *args, env=None) -> str:
+    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=600,
+                          env=child_env({**ENV, **(env or {})}))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()[-1]
+
+
+def opbisect(*args, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "opbisect", *map(str, args)], capture_output=True, text=True,
+                          env=child_env({**ENV, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}), timeout=1800,
+                          cwd=ROOT)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_trace_gives_the_fresh_runs_verdict_the_kind_and_the_cause(tmp_path, name):
+    script, (_, kind, cause) = EXAMPLES / "fresh" / f"{name}.py", CASES[name]
+    assert digest(script) != digest(script)  # the oracle: two fresh runs differ
+    done = opbisect("trace", script, "--runs", "3", "--no-progress", "--no-replay", "--out", tmp_path)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads((tmp_path / name / "record.json").read_text())
+    rows = [s for s in record["sources"] if s["seen_across"] == "processes"]
+    assert rows and {s["kind"] for s in rows} == {kind}
+    assert record["fresh"]["cause"]["sources"] == cause
+    if kind == "init":  # each differing variable with the line of the script that made it
+        assert all(s["source_location"].startswith(f"{name}.py:") for s in rows)
+    if cause == ["hash"]:  # the `set` the vocabulary is built from
+        assert record["fresh"]["set_sites"] == [f"{name}.py:24"]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_seeded_twin_is_clean_as_its_fresh_runs_are(tmp_path, name):
+    script, twin = EXAMPLES / "fresh" / f"{name}.py", CASES[name][0]
+    assert digest(script, twin) == digest(script, twin)  # the oracle: two fresh runs agree
+    done = opbisect("trace", script, "--runs", "3", "--no-progress", "--no-replay", "--out", tmp_path, "--", twin)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads((tmp_path / name / "record.json").read_text())
+    assert record["fresh"]["error"] == "" and not record["fresh"]["init"] and not record["fresh"]["batches"]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_fix_ends_on_the_users_test_and_its_command_prints_one_digest(tmp_path, name):
+    script = EXAMPLES / "fresh" / f"{name}.py"
+    done = opbisect("fix", script, "--runs", "3", "--max-runs", "6", "--no-progress", "--out", tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    fix = json.loads((tmp_path / f"{name}-fix" / "fix.json").read_text())
+    assert fix["rounds"][0]["cause"] == CASES[name][2] and fix["test"]["agreed"]
+    words = shlex.split(fix["recommendation"] and done.stdout.splitlines()[1].split("run it so: ", 1)[1])
+    env = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
+    argv = [w for w in words if w not in {f"{k}={v}" for k, v in env.items()}]
+    assert argv[:2] == ["opbisect", "run"]
+    printed = []
+    for _ in range(2):
+        ran = opbisect(*argv[2:], env=env)
+        assert ran.returncode == 0, ran.stderr[-2000:]
+        printed.append(ran.stdout.split()[-1])  # the script's own `final weights` digest
+    assert printed[0] == printed[1]
+
+
+# -- the decisions, on planted probes ---------------------------------------------------------------------------
+
+def probe(initial: dict, batches: list[int], after: list[dict] | None = None) -> Probe:
+    runs = Trajectory(batches=[[[b] for b in batches]], outputs=[[[] for _ in batches]] if after else [],
+                      after=[after] if after else [])
+    return Probe(initial=initial, runs=runs)
+
+
+def test_state_batches_and_results_apart_are_told_apart():
+    a = probe({"w": 1, "b": 2}, [10, 11], [{"w": 3}, {"w": 4}])
+    assert fresh.check(a, probe({"w": 9, "b": 2}, [10, 11], [{"w": 3}, {"w": 4}]), None, "unset").init == ["w"]
+    assert fresh.check(a, probe({"w": 1, "b": 2}, [10, 12], [{"w": 3}, {"w": 4}]), None, "unset").batches == [2]
+    later = fresh.check(a, probe({"w": 1, "b": 2}, [10, 11], [{"w": 3}, {"w": 5}]), None, "unset")
+    assert (later.init, later.batches, later.first_differing_step) == ([], [], 2)
+    # a step that varies inside this process from step 2 on: its cross-process difference there is no news
+    assert fresh.check(a, probe({"w": 1, "b": 2}, [10, 11], [{"w": 3}, {"w": 5}]), 2, "unset").apart is False
+
+
+def test_the_experiment_tries_the_likeliest_source_first_and_stops_at_the_first_that_agrees():
+    assert fresh.candidates(True)[0] == ["python"] and fresh.candidates(False)[0] == ["tensorflow"]
+    singles = [c for c in fresh.candidates(True) if len(c) == 1]
+    assert sorted(c[0] for c in singles) == ["hash", "numpy", "python", "tensorflow", "tfdata"]
+    assert fresh.cause_of([["python"], ["numpy"]], [False, True]).sources == ["numpy"]
+    nothing = fresh.cause_of([["python"], ["python", "numpy"]], [False, False])
+    assert not nothing.found and "did not make two fresh processes agree" in fresh.remedy(nothing, {}, [])
+
+
+def test_the_remedy_names_the_line_where_it_goes():
+    said = fresh.remedy(Cause(["python"], [["python"]], [True]), {"dense/kernel": Made("train.py:31", "layer d")},
+                        [])
+    assert "keras.utils.set_random_seed(7)" in said and "train.py:31" in said
+    hashed = fresh.remedy(Cause(["hash"], [["hash"]], [True]), {}, ["train.py:23"])
+    assert "sorted(" in hashed and "train.py:23" in hashed and "PYTHONHASHSEED=7" in hashed
+
+
+def test_sets_iterated_in_hash_order_are_found_in_the_source(tmp_path):
+    script = tmp_path / "vocab.py"
+    script.write_text("words = text.split()\nvocab = {w: i for i, w in enumerate(set(words))}\n"
+                      "ids = list({'a', 'b'})\nfine = sorted(set(words))\nfor w in set(words):\n    pass\n")
+    assert fresh.set_sites(script) == ["vocab.py:2", "vocab.py:3", "vocab.py:5"]

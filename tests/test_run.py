@@ -1,0 +1,231 @@
+"""`opbisect run` keeps the contract: its --patch is read before the script runs (one line, 128), the script's own
+exit and errors pass through as python would show them, a missing script or a folder is one line; and every command
+runs a script with the Keras it chose, never mistakes a script for the target contract, and re-runs into one --out.
+Each case failed before its fix (issue 40's battery)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from opbisect.execute import children
+
+from conftest import EXAMPLES, child_env, write_script
+
+SETUP = "print('setup ran')\n"
+TRAINS = """
+keras_seed = 3
+w = tf.Variable(tf.ones([4]), name="w")
+
+
+@tf.function
+def train_step(x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(w * x)
+    w.assign_sub(0.1 * tape.gradient(loss, w))
+    return loss
+
+
+for k in range(3):
+    train_step(tf.ones([4]) * float(k + 1))
+print("trained", w.numpy().tolist())
+"""
+
+
+def opbisect(*args, env=None, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "opbisect", *map(str, args)], capture_output=True, text=True,
+                          env={**child_env(), "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}, timeout=900, cwd=cwd)
+
+
+def said(done: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in done.stderr.splitlines() if line.startswith("opbisect:")]
+
+
+@pytest.mark.parametrize("patch, why", [
+    ("nope.csv", "no such file"),
+    ("empty.csv", "names no op to replace"),  # what fix wrote when it found nothing to patch
+    ("binary.csv", "not a report's CSV"),
+    ("columns.csv", "no op_name and kind columns"),
+    ("zero.csv", "not a report's CSV"),
+    ("README.md", "not a report's CSV"),  # a file that is no CSV
+    ("folder", "not a report's folder"),
+    ("seeds.csv", "its sources are of kind init"),  # a report whose sources no patch fixes
+])
+def test_a_bad_patch_is_one_line_and_128_before_the_script_runs(tmp_path, patch, why):
+    (tmp_path / "empty.csv").write_text("op_name,kind\n")
+    (tmp_path / "binary.csv").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "columns.csv").write_text("name,type\nx,y\n")
+    (tmp_path / "zero.csv").write_text("")
+    (tmp_path / "README.md").write_text("# a title\n\nsome, text, with, commas\nand lines\n")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "seeds.csv").write_text("op_name,kind,first_step\ndense/kernel,init,0\n")
+    script = write_script(tmp_path, "setup", SETUP + TRAINS)
+    done = opbisect("run", "--patch", tmp_path / patch, script)
+    assert done.returncode == 128, done.stderr[-2000:]
+    assert len(said(done)) == 1 and why in said(done)[0] and "Traceback" not in done.stderr
+    assert "setup ran" not in done.stdout  # refused before the script ran
+
+
+def test_a_patch_naming_ops_the_training_lacks_is_one_line_and_128(tmp_path):
+    script = write_script(tmp_path, "trains", TRAINS)
+    done = opbisect("run", "--patch", "NoSuchOp", script)
+    assert done.returncode == 128 and len(said(done)) == 1 and "NoSuchOp" in said(done)[0]
+    assert "Traceback" not in done.stderr and "in user code" not in done.stderr
+
+
+def test_the_scripts_sys_exit_passes_through_as_python_shows_it(tmp_path):
+    script = write_script(tmp_path, "fatal", "import sys\nprint('setup')\nsys.exit('fatal: config missing')\n")
+    python = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=child_env())
+    done = opbisect("run", script)
+    assert (done.returncode, python.returncode) == (1, 1)
+    assert "fatal: config missing" in done.stderr.splitlines()[0]  # python's own message, first
+    code = write_script(tmp_path, "three", "import sys\nsys.exit(3)\n")
+    assert opbisect("run", code).returncode == 3
+
+
+def test_a_scripts_own_error_shows_its_frames_and_one_line(tmp_path):
+    script = write_script(tmp_path, "raises", "def helper():\n    raise ValueError('bad shape')\n\n\nhelper()\n")
+    done = opbisect("run", script)
+    assert done.returncode == 125 and len(said(done)) == 1 and "ValueError: bad shape" in said(done)[0]
+    frames = [line for line in done.stderr.splitlines() if line.strip().startswith("File ")]
+    assert frames and all("raises.py" in line for line in frames)  # opbisect's and runpy's frames peeled off
+
+
+@pytest.mark.parametrize("target, code", [("missing.py", 125), ("", 128)])
+def test_a_missing_script_or_a_folder_is_one_line(tmp_path, target, code):
+    done = opbisect("run", tmp_path / target)
+    assert done.returncode == code and len(said(done)) == 1 and "Traceback" not in done.stderr
+
+
+def test_two_runs_print_one_digest_and_steps_stop_the_training(tmp_path):
+    script = write_script(tmp_path, "trains", TRAINS)
+    runs = [opbisect("run", script) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs)
+    digests = [said(r)[-1].split()[3] for r in runs]  # "opbisect: final weights <digest> (...)"
+    assert digests[0] == digests[1] and len(digests[0]) == 16
+    short = opbisect("run", "--steps", "2", "--digests", tmp_path / "d.json", script)
+    assert "trained" not in short.stdout  # stopped after its second step: the script's last line never ran
+    steps = json.loads((tmp_path / "d.json").read_text())["steps"]
+    assert len(steps) == 3 and steps[0] != steps[1] != steps[2]  # at the call, after step 1, after step 2
+
+
+LEGACY = """
+import os
+
+os.environ["TF_USE_LEGACY_KERAS"] = "1"{after}
+import numpy as np
+import tensorflow as tf{layers}
+
+print("keras line:", {which})
+tf.keras.utils.set_random_seed(1)
+model = tf.keras.Sequential([tf.keras.layers.Dense(4, input_shape=(3,)), tf.keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse")
+model.fit(np.ones((8, 3), "float32"), np.ones((8, 1), "float32"), epochs=1, verbose=0)
+"""
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_script_that_picks_tf_keras_itself_trains_with_it(tmp_path, when):
+    """TF_USE_LEGACY_KERAS set at the script's top (the TF docs' tf_keras notebooks), or after its own `import
+    tensorflow`: under opbisect it gets what python gives it (opbisect imports no TensorFlow or Keras before it)."""
+    body = LEGACY.format(after="" if when == "before" else "\nimport tensorflow", which=(
+        "type(tf.keras.layers.Dense(1)).__module__.split('.')[0]"),
+        layers="\nfrom tensorflow.keras import layers" if when == "before" else "")
+    script = tmp_path / "legacy.py"
+    script.write_text(body)
+    python = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=child_env())
+    assert "keras line: tf_keras" in python.stdout, python.stderr[-2000:]
+    done = opbisect("trace", script, "--runs", "2", "--no-progress", "--no-fresh-check", "--out", tmp_path / "r")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "keras line: tf_keras" in (tmp_path / "r" / "legacy" / "script_output.txt").read_text()
+    ran = opbisect("run", script)
+    assert ran.returncode == 0 and "keras line: tf_keras" in ran.stdout
+
+
+KERAS_IO_LOOP = """
+import keras
+
+keras.utils.set_random_seed(0)
+inputs = keras.Input(shape=(4,))
+model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+optimizer = keras.optimizers.SGD(0.1)
+dataset = tf.data.Dataset.from_tensor_slices((np.ones((16, 4), "float32"), np.ones((16, 1), "float32"))).batch(4)
+
+
+@tf.function
+def train_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((model(x) - y) ** 2)
+    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_weights), model.trainable_weights))
+    return loss
+
+
+for step, (x, y) in enumerate(dataset):
+    train_step(x, y)
+open(MARKER, "w").write("the training ran to its end")
+"""
+
+
+@pytest.mark.parametrize("at", [[], ["--at", "step:train_step"]])
+def test_a_module_level_loop_is_a_script_not_the_target_contract(tmp_path, at):
+    """keras-io's loop at module level defines `inputs` (a keras.Input) and `step` (the loop's counter): it is run as
+    a script and stopped at its first training call, never run to its end; `--at step:NAME` takes that call."""
+    marker = tmp_path / "trained"
+    script = write_script(tmp_path, "loop", f"MARKER = {str(marker)!r}\n" + KERAS_IO_LOOP)
+    done = opbisect("trace", script, "--runs", "2", "--no-progress", "--no-fresh-check", "--out", tmp_path / "r",
+                    *at)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not marker.exists()
+    intercepted = json.loads((tmp_path / "r" / "loop" / "record.json").read_text())["meta"]["intercepted"]
+    assert (intercepted["kind"], intercepted["name"]) == ("step", "train_step")
+
+
+def test_fix_twice_into_one_out_replaces_the_fix(tmp_path):
+    """A fix folder is a report like any other: `git bisect run opbisect fix ...` re-runs it at every revision."""
+    script = write_script(tmp_path, "steady", "w = tf.Variable(tf.ones([4]), name='w')\n\n\n@tf.function\n"
+                                              "def step(x):\n    w.assign_add(x)\n    return w.read_value()\n\n\n"
+                                              "inputs = (tf.ones([4]),)\n")
+    for _ in range(2):
+        done = opbisect("fix", script, "--runs", "2", "--out", tmp_path / "r", "--no-progress")
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((tmp_path / "r" / "steady-fix" / "fix.json").read_text())["test"]["agreed"]
+    assert [p.name for p in (tmp_path / "r").iterdir()] == ["steady-fix"]  # no staging or old folder left
+
+
+def test_a_round_that_cannot_test_is_said_once_with_its_exit(tmp_path):
+    script = write_script(tmp_path, "broken", "raise RuntimeError('planted: the data is missing')\n")
+    done = opbisect("fix", script, "--runs", "2", "--out", tmp_path / "r", "--no-progress")
+    assert done.returncode == 125 and len(said(done)) == 1
+    assert said(done)[0].startswith("opbisect: round 1: cannot test:") and "planted" in said(done)[0]
+    assert done.stderr.count("Traceback") == 1  # the user's traceback, once
+
+
+@pytest.mark.parametrize("code", [125, 128, 129, 130, 143])
+def test_a_childs_exit_is_the_parents_by_the_contract(code):
+    err = children.failure(code, "some output\nopbisect: the child's own words\n", "round 2")
+    assert (err.exit_code, str(err)) == (code, "round 2: the child's own words")
+
+
+def test_a_child_that_crashed_is_an_internal_error():
+    err = children.failure(-signal.SIGSEGV, "Fatal Python error: Segmentation fault\n", "round 1")
+    assert err.exit_code == 170 and "Segmentation fault" in err.shown
+
+
+def test_a_terminated_round_ends_the_fix_with_143(tmp_path):
+    script = write_script(tmp_path, "killed", "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n")
+    done = opbisect("fix", script, "--runs", "2", "--out", tmp_path / "r", "--no-progress")
+    assert done.returncode == 143 and len(said(done)) == 1 and "round 1" in said(done)[0]
+    assert not (tmp_path / "r" / "killed-fix").exists()
+
+
+def test_run_on_an_example_with_its_patch_reaches_the_end(tmp_path):
+    script = EXAMPLES / "zero_edit" / "tf_keras_fit.py"
+    done = opbisect("run", "--patch", "gradient_tape/sequential/dense/BiasAdd/BiasAddGrad", script, "--", "1",
+                    env={k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert said(done)[-1].startswith("opbisect: final weights ")
