@@ -167,8 +167,10 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
                 functools.partial(pinned_pass.run, runs), default_runs, pinned, speculate, agree,
                 bool(trace.jit_compile))
             plain = pinned_runs if pinned_runs is not None and choice.config == "pinned" else default_runs
+            named = any(c.sources for _, c, _ in analysed)
             unsettled = unsettled or facts.unsettled(default_runs, fit_runs, choice,
-                                                     facts.observer_effect(plain.at(1), analysed[0][0].instrumented))
+                                                     facts.observer_effect(plain.at(1), analysed[0][0].instrumented),
+                                                     named)
             if runs >= settings.max_runs or not agree.any("look harder", bool(unsettled)):
                 break
             unsettled = unsettled or "another worker's claims needed more runs"

@@ -229,3 +229,34 @@ def test_run_on_an_example_with_its_patch_reaches_the_end(tmp_path):
                     env={k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert said(done)[-1].startswith("opbisect: final weights ")
+
+
+HID_AT_FIRST = """
+calls = [0]
+VARY = set(range(1, 6)) | set(range(30, 10**6))  # the plain pass's five calls vary, then only from call 30 on
+
+
+def noisy(x):
+    calls[0] += 1
+    return (x + np.float32(calls[0] if calls[0] in VARY else 0) * np.float32(1e-3)).astype(np.float32)
+
+
+w = tf.Variable(tf.ones([4]), name="w")
+
+
+@tf.function
+def step(x):
+    w.assign_add(tf.ensure_shape(tf.numpy_function(noisy, [x], tf.float32, name="first"), [4]))
+    return tf.reduce_sum(w)
+
+
+inputs = (tf.ones([4]),)
+"""
+
+
+def test_a_step_that_varies_while_no_op_is_named_looks_harder_and_says_so(tmp_path, run_step):
+    """The plain runs vary, capture's first runs happen not to (an observer effect the counts support): no op is
+    named. Looking harder (--max-runs) runs every pass again, names the op, and the record says why it looked."""
+    t = run_step(HID_AT_FIRST, name="hid", runs=5, max_runs=20, replay=False)
+    assert t.record.meta.looked_harder == "the step varied but no op was named"
+    assert t.record.meta.runs == 20 and t.sources == ["first"] and t.code == 1

@@ -91,15 +91,20 @@ def pinning_not_needed() -> GrapplerChoice:
                                     f"changed the step, and the pinned plain pass was not run")
 
 
-def unsettled(default: Trajectory, fit: Trajectory | None, choice: GrapplerChoice, observer: ObserverEffect) -> str:
+def unsettled(default: Trajectory, fit: Trajectory | None, choice: GrapplerChoice, observer: ObserverEffect,
+              named: bool = True) -> str:
     """What the runs so far leave open ("" when nothing): a deterministic verdict (more identical runs bound a
-    rarer race), or a claim the counts cannot support."""
+    rarer race), a claim the counts cannot support, or a step that varied while no op was named (`named`: the
+    analysis named a source; a race that fired in the plain runs and not in capture's may fire there in more)."""
     if observer.effect == "inconclusive":
         return "the observer effect was inconclusive"
     if choice.inconclusive:
         return "grappler's part was inconclusive"
-    if _deterministic(default) and (fit is None or _deterministic(fit)):
+    deterministic = _deterministic(default) and (fit is None or _deterministic(fit))
+    if deterministic:
         return "the step gave one result"
+    if not named:
+        return "the step varied but no op was named"
     return ""
 
 
