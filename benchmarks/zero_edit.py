@@ -29,10 +29,11 @@ sys.path.insert(0, {root!r})
 import tensorflow as tf
 from opbisect.targets.intercept import Point, run_to_training
 from opbisect.targets.loader import importable, intercepted_target
+from opbisect.targets.script import ScriptRunner
 
 script, args = {script!r}, {args!r}
 with importable(script):
-    target = intercepted_target(script, run_to_training(script, args, Point(), 1))
+    target = intercepted_target(script, run_to_training(ScriptRunner(script, args), Point(), 1))
     inputs = target.make_inputs()
     for _ in range(16):
         tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, target.step(*inputs))

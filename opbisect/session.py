@@ -182,7 +182,8 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
                 fingerprinter=fp.name, fingerprint=fp.key, jit_compile=bool(trace.jit_compile),
                 ops=len(trace.graph), variables=len(trace.variables), restored_variables=len(step.restored),
                 initial_state=step.initial_state, seconds=round(time.time() - started, 2),
-                intercepted=intercepted_facts(target.intercepted), **environment(tf, kind))
+                intercepted=intercepted_facts(target.intercepted), script_args=list(settings.script_args),
+                **environment(tf, kind))
     plain = pinned_runs if pinned_runs is not None and choice.config == "pinned" else default_runs
     verdict = facts.verdict(default_runs, fit_runs, None)
     if first_verdict.nondeterministic and not verdict.nondeterministic:  # looked harder and missed what it had seen

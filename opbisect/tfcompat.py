@@ -400,17 +400,20 @@ def installed_tensorflow() -> str | None:
 
 
 def weight_maker(frames) -> str:
-    """The Keras layer and initializer that make a weight, read off the frames of its creation (innermost first):
-    the frame of Layer.add_weight (both Keras lines) holds them as `self` and `initializer`. "" where none does."""
+    """The Keras layer, and its initializer or seed generator, that make a variable, read off the frames of its
+    creation (innermost first): Layer.add_weight (both Keras lines) holds the initializer; a Keras 3 SeedGenerator
+    makes its state itself; the layer is the innermost frame's `self` that is one. "" where no layer made it."""
+    made, layer = "", ""
     for frame in frames:
-        if frame.f_code.co_name != "add_weight":
-            continue
-        layer, initializer = frame.f_locals.get("self"), frame.f_locals.get("initializer")
-        if layer is None or not hasattr(layer, "name"):
-            continue
-        made = initializer if isinstance(initializer, str) else type(initializer).__name__
-        return f"layer {layer.name}" + (f", initializer {made}" if initializer is not None else "")
-    return ""
+        me = frame.f_locals.get("self")
+        if not made and frame.f_code.co_name == "add_weight" and "initializer" in frame.f_locals:
+            init = frame.f_locals["initializer"]
+            made = "" if init is None else f"initializer {init if isinstance(init, str) else type(init).__name__}"
+        elif not made and type(me).__name__ == "SeedGenerator":
+            made = "its seed generator"
+        if not layer and hasattr(me, "add_weight") and isinstance(getattr(me, "name", None), str):
+            layer = me.name
+    return ", ".join(p for p in (f"layer {layer}" if layer else "", made) if p)
 
 
 @contextlib.contextmanager

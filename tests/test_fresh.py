@@ -82,7 +82,7 @@ def test_fix_ends_on_the_users_test_and_its_command_prints_one_digest(tmp_path, 
     assert argv[:2] == ["opbisect", "run"]
     printed = []
     for _ in range(2):
-        ran = opbisect(*argv[2:], env=env)
+        ran = opbisect(*argv[1:], env=env)
         assert ran.returncode == 0, ran.stderr[-2000:]
         printed.append(ran.stdout.split()[-1])  # the script's own `final weights` digest
     assert printed[0] == printed[1]

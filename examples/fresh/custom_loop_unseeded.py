@@ -39,7 +39,7 @@ def train_step(x, y):
     return loss
 
 
-for epoch in range(args.epochs):
-    for step, (xb, yb) in enumerate(dataset):  # `step`: the loop's counter, as keras-io names it
+for epoch in range(args.epochs):  # noqa: B007 - keras-io's loop, as written there
+    for step, (xb, yb) in enumerate(dataset):  # noqa: B007 - `step`: the loop's counter, as keras-io names it
         train_step(xb, yb)
 print("final weights", hashlib.sha256(b"".join(w.tobytes() for w in model.get_weights())).hexdigest()[:16])

@@ -372,6 +372,7 @@ class Meta:
     workers: int = 1  # --workers: the MultiWorkerMirroredStrategy workers run together (this record merges them)
     # a script run as it is: the training call taken (kind fit or step, name, where, seconds before it, steps taken)
     intercepted: dict = dataclasses.field(default_factory=dict)
+    script_args: list[str] = dataclasses.field(default_factory=list)  # what followed `--`: the script's arguments
 
 
 @dataclasses.dataclass

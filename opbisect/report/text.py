@@ -8,6 +8,7 @@ from pathlib import Path
 from ..ir.optypes import KIND_REMEDIES
 from ..record.model import Record, Runs, Source
 from ..words import listed, printable
+from . import answer
 
 FILENAME = "summary.txt"
 WIDTH = 120  # a remedy is wrapped to it (one was 560 characters on one line)
@@ -15,7 +16,7 @@ WIDTH = 120  # a remedy is wrapped to it (one was 560 characters on one line)
 OBSERVER_LINES = {
     "none": "capture did not change the step's result",
     "changed_result": "capture changed the step's final result (grappler rewrote the instrumented graph "
-                      "differently); the sources below are those of the instrumented graph",
+                      "differently); any source named is the instrumented graph's",
     "hid": "capture hid the nondeterminism (observer effect: the taps changed how the step runs); confirm any fix "
            "on the uninstrumented step",
     "created": "capture created nondeterminism the plain step did not show (observer effect, or a race that did not "
@@ -140,15 +141,17 @@ def seeded_lines(record: Record) -> list[str]:
     return out
 
 
-def source_lines(record: Record, s: Source) -> list[str]:
+def source_lines(record: Record, s: Source, also: list[Source] = ()) -> list[str]:
+    """A source's lines; `also`: the other sources of its group (one kind, one op type, one remedy)."""
+    if s.seen_across == "processes" and s.kind in ("init", "input"):
+        return _fresh_lines(s, list(also))
     where = f"step {s.first_step}, " if record.steps > 1 else ""
     across = s.seen_across == "processes"
-    magnitude = "" if s.max_abs_diff is None else (f"; max |diff| {s.max_abs_diff:.3g}, {s.max_ulp_diff:.3g} ulp, "
-                                                   f"{100 * s.frac_elements_differing:.3g}% of elements")
-    lines = [f"  #{s.rank} {s.op_name} ({s.op_type}) kind={s.kind}{' across processes' if across else ''}: {where}"
-             f"{s.distinct_values} distinct values in {s.runs} {'processes' if across else 'runs'} "
+    count = f" (and {len(also)} more: {listed([x.op_name for x in also], 6)})" if also else ""
+    lines = [f"  #{s.rank} {s.op_name} ({s.op_type}){count} kind={s.kind}{' across processes' if across else ''}: "
+             f"{where}{s.distinct_values} distinct values in {s.runs} {'processes' if across else 'runs'} "
              f"({s.runs_differing} off the common one), {s.downstream_differing} differing ops after it"
-             f"{'' if s.affects_result else ', does not reach the result'}{magnitude}"]
+             f"{'' if s.affects_result else ', does not reach the result'}{_magnitude(s)}"]
     if s.region:
         at = "" if s.iteration is None else f", first at iteration {s.iteration} of its loop"
         lines.append(f"     inside {s.region}{at}")
@@ -157,13 +160,43 @@ def source_lines(record: Record, s: Source) -> list[str]:
     placed = _placement(s)
     if placed:
         lines.append(f"     in {placed}")
-    if s.known_remedy:
-        lines += textwrap.wrap(f"remedy: {s.known_remedy}", WIDTH, initial_indent="     ",
-                               subsequent_indent="       ", break_on_hyphens=False)
+    lines += _wrapped("remedy", s.known_remedy)
     alone = replay_line(s)
     if alone:
         lines.append(f"     alone: {alone}")
     return lines
+
+
+def _magnitude(s: Source) -> str:
+    if s.max_abs_diff is None:
+        return ""
+    if s.max_abs_diff == 0:  # it differed in the analysis' runs, not in the magnitude pass's own
+        return "; the magnitude pass's runs happened to agree on it (no size measured)"
+    return (f"; max |diff| {s.max_abs_diff:.3g}, {s.max_ulp_diff:.3g} ulp, {100 * s.frac_elements_differing:.3g}% of "
+            f"elements")
+
+
+def _wrapped(label: str, text: str) -> list[str]:
+    return textwrap.wrap(f"{label}: {text}", WIDTH, initial_indent="     ", subsequent_indent="       ",
+                         break_on_hyphens=False) if text else []
+
+
+def _fresh_lines(s: Source, also: list[Source]) -> list[str]:
+    """A finding of the fresh-process check: variables at the training call, or a batch, that differ between two
+    fresh processes of the script."""
+    group = [s, *also]
+    if s.kind == "init":
+        head = (f"  #{s.rank} init: {len(group)} variable(s) have other values at the training call in two fresh "
+                f"processes: {listed([x.op_name for x in group], 6)}")
+        sites = sorted({x.source_location for x in group if x.source_location})
+        makers = [f"{x.op_name} by {x.detail}" for x in group if x.detail]
+        made = [f"     made at {', '.join(sites)}" + (f": {'; '.join(makers[:4])}" if makers else "")] if sites or \
+            makers else []
+    else:
+        head = (f"  #{s.rank} input: the batch of step {s.first_step} differs between two fresh processes"
+                + (f" (and of {len(also)} more step(s))" if also else ""))
+        made = [f"     {s.detail}"] if s.detail else []
+    return [head] + made + _wrapped("remedy", s.known_remedy)
 
 
 def _placement(s: Source) -> str:
@@ -188,29 +221,60 @@ def replay_line(s: Source) -> str:
     return "; ".join(parts)
 
 
+def answer_lines(record: Record) -> list[str]:
+    """The first lines: the verdict, what differs, what to do, the next command."""
+    a = answer.answer(record)
+    out = [f"opbisect: {record.meta.script}: {a.verdict} (exit {a.exit_code})", f"  {a.what}"]
+    out += textwrap.wrap(f"do: {a.do}", WIDTH, initial_indent="  ", subsequent_indent="    ",
+                         break_on_hyphens=False) if a.do else []
+    return out + ([f"  next: {a.next}"] if a.next else [])
+
+
+def fresh_lines(record: Record) -> list[str]:
+    """The fresh-process check, as evidence."""
+    f = record.fresh
+    if f is None:
+        return []
+    head = f"two fresh processes of the script (PYTHONHASHSEED {f.hash_seed}), at the training call: "
+    if f.error:
+        return [f"note: {head}no second process to compare: {f.error}"]
+    said = (f"{len(f.init)} variable(s) differ" if f.init else f"the batch of step {f.batches[0]} differs"
+            if f.batches else f"alike, then apart after step {f.first_differing_step}" if f.first_differing_step
+            else f"every variable and batch alike, and the step's results through step {f.steps}")
+    cause = ""
+    if f.cause is not None:
+        tried = "; ".join(f"{'+'.join(t)}: {'agree' if ok else 'differ'}" for t, ok in zip(f.cause.tried,
+                                                                                          f.cause.agreed))
+        cause = f"; the cause, by experiment (pairs of fresh processes, sources pinned: {tried})"
+    return [head + said + cause]
+
+
 def lines(record: Record, folder: Path | None = None) -> list[str]:
     m, f = record.meta, record.facts
-    out = [f"opbisect: {m.script} ({m.form} form), {record.runs} runs on {m.device} "
-           f"(TF {m.tf_version}, {m.fingerprinter})"]
+    out = answer_lines(record) + sources_lines(record)
+    out.append(f"how it was found: {m.form} form, {record.runs} runs on {m.device} (TF {m.tf_version}, "
+               f"{m.fingerprinter})")
     if m.looked_harder:
         out.append(f"note: {m.looked_harder} after the first runs: every pass ran again with {m.runs} runs "
                    f"(--max-runs)")
-    out.append(verdict_line(record.default.final(), "uninstrumented step, your grappler config"))
+    out += fresh_lines(record)
+    out.append(verdict_line(record.default.final(), "the step as you run it (uninstrumented, your grappler config), "
+                                                    "from one restored state"))
     if record.pinned:
-        out.append(verdict_line(record.pinned.final(), "uninstrumented step, grappler pinned"))
+        out.append(verdict_line(record.pinned.final(), "the same with grappler's rewrites pinned"))
     if (f.grappler.config == "default" and record.pinned) or (f.grappler.config == "pinned" and not record.pinned):
         out.append(f"note: {f.grappler.reason}")
     out += fit_lines(record) + step_lines(record) + replica_lines(record)
     first = record.analyses[0]
     skipped = ", ".join(f"{k} {v}" for k, v in sorted(record.skipped.items()))
     differing = sum(len(a.differing) for a in record.analyses)
-    out.append(f"instrumented step ({f.grappler.config} grappler): {len(first.instrumented.taps)} tensors tapped"
-               f"{f' ({skipped} skipped)' if skipped else ''}, {len(first.differing)} differ"
+    out.append(f"the step with its tensors fingerprinted (instrumented, {f.grappler.config} grappler): "
+               f"{len(first.instrumented.taps)} tensors tapped{f' ({skipped} skipped)' if skipped else ''}, "
+               f"{len(first.differing)} differ"
                f"{f' ({differing} over all {len(record.analyses)} steps)' if len(record.analyses) > 1 else ''}; "
                f"{observer_line(f.observer)}")
     out += [f"{x.level}: {x.message}" for x in record.findings]
     out += seeded_lines(record) + process_lines(record) + ladder_lines(record)
-    out += sources_lines(record)
     out += _verdict(record)
     if folder is not None:
         out.append(f"report: {folder}")
@@ -220,16 +284,21 @@ def lines(record: Record, folder: Path | None = None) -> list[str]:
 def sources_lines(record: Record) -> list[str]:
     if not record.sources:
         if record.facts.verdict.nondeterministic:
-            return ["no source found although the step varies: see the notes above"]
+            return ["no source named: see how it was found, below"]
         bound = record.facts.verdict.rate_bound
         odds = f" a difference that fires in more than {100 * bound:.0f}% of runs would have shown (95% confidence); " \
             if bound is not None else " "
         return [f"no source found: nothing differed in {record.runs} runs;{odds}a race that fires more rarely can hide "
                 f"(more --runs look harder)"]
-    out = [f"{len(record.sources)} source(s), ranked (what to fix first):"]
-    for s in record.sources:
-        out += source_lines(record, s)
-    return out
+    mine = [g for g in answer.groups(record) if not g.first.observer_effect]
+    shown = [f"{len(record.sources)} source(s) in {len(mine)} finding(s), ranked (what to fix first):"] if mine else []
+    for g in mine:
+        shown += source_lines(record, g.first, g.sources[1:])
+    capture = [s for s in record.sources if s.observer_effect]
+    if capture:
+        shown.append(f"seen only with the tensors fingerprinted (observer effect, not sources of your step): "
+                     f"{listed([s.op_name for s in capture], 6)}")
+    return shown
 
 
 def _verdict(record: Record) -> list[str]:

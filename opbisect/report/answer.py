@@ -1,0 +1,109 @@
+"""The answer first: what differs, why, what to do (with the line), and the next command to copy, read off the record
+for the top of the terminal summary and of the page. It decides nothing: each part is a fact the record holds (the
+verdict, the fresh-process check and its cause, the ranked sources and their remedies).
+
+Sources that share one kind, one op type and one remedy are one finding (`groups`): 11 variables an unseeded
+initializer made, or 14 BiasAddGrads, are a count and a list, not eleven rows that repeat the same remedy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+
+from ..analysis.sources import patchable
+from ..record.model import Record, Source
+from ..words import listed
+
+
+@dataclasses.dataclass
+class Answer:
+    verdict: str  # "NONDETERMINISTIC" or "deterministic"
+    exit_code: int
+    what: str  # what differs (or that nothing did), one sentence
+    do: str  # what to do, with the line where it goes ("" where nothing is to do)
+    next: str  # the command to copy next ("" where none)
+
+
+@dataclasses.dataclass
+class Group:
+    """Sources with one kind, one op type and one remedy: one finding."""
+
+    sources: list[Source]
+
+    @property
+    def first(self) -> Source:
+        return self.sources[0]
+
+    @property
+    def names(self) -> list[str]:
+        return [s.op_name for s in self.sources]
+
+
+def groups(record: Record) -> list[Group]:
+    found: dict[tuple, Group] = {}
+    for s in record.sources:  # ranked: a group is where its best-ranked source is
+        key = (s.kind, s.op_type, s.known_remedy, s.seen_across)
+        found.setdefault(key, Group([])).sources.append(s)
+    return list(found.values())
+
+
+def command(record: Record, *words: str) -> str:
+    """`opbisect WORDS SCRIPT [-- ARGS]` for this record's script."""
+    args = record.meta.script_args
+    return shlex.join(["opbisect", *words[:1], record.meta.script, *words[1:], *(["--", *args] if args else [])])
+
+
+def answer(record: Record) -> Answer:
+    v = record.facts.verdict
+    verdict = "NONDETERMINISTIC" if v.nondeterministic else "deterministic"
+    if not v.nondeterministic:
+        return Answer(verdict, v.exit_code, _clean(record), "", "")
+    fresh = record.fresh
+    if fresh is not None and (fresh.init or fresh.batches):
+        group = next(g for g in groups(record) if g.first.seen_across == "processes")
+        return Answer(verdict, v.exit_code, _apart(record), group.first.known_remedy, command(record, "fix"))
+    if record.sources:
+        return Answer(verdict, v.exit_code, _varies(record), _remedy(record), command(record, "fix"))
+    if fresh is not None and fresh.first_differing_step:
+        return Answer(verdict, v.exit_code, f"Your two runs start alike but differ after step "
+                      f"{fresh.first_differing_step}: an op gives other results in another process (cuDNN "
+                      f"autotuning, a graph built in hash order).", "",
+                      command(record, "trace", "--processes", "2"))
+    looked = record.meta.looked_harder
+    return Answer(verdict, v.exit_code, f"The step varies ({'; '.join(v.evidence)}), but no op could be named.", "",
+                  "" if looked else command(record, "trace", "--max-runs", str(4 * record.meta.runs)))
+
+
+def _clean(record: Record) -> str:
+    v = record.facts.verdict
+    fresh = record.fresh
+    both = "Two fresh runs of your script start the training call alike, and " if fresh and not fresh.error else ""
+    bound = (f" (a difference firing in over {100 * v.rate_bound:.0f}% of runs is ruled out at 95%)"
+             if v.rate_bound is not None else "")
+    return f"{both}{record.runs} runs of the step from one state give one result{bound}."
+
+
+def _apart(record: Record) -> str:
+    fresh = record.fresh
+    if fresh.init:
+        return (f"Your two runs differ before training starts: {len(fresh.init)} variable(s) get other values in "
+                f"every fresh process ({listed(fresh.init, 3)}).")
+    return f"Your two runs train on different batches from step {fresh.batches[0]}."
+
+
+def _varies(record: Record) -> str:
+    top, more = record.sources[0], len(record.sources) - 1
+    also = f", and {more} more source(s)" if more else ""
+    if top.kind == "random":
+        return f"An unseeded random op draws anew in every run: {top.op_name} ({top.op_type}){also}."
+    return (f"The training step gives other results from the same state: {top.op_name} ({top.op_type}) varies on "
+            f"identical inputs{also}.")
+
+
+def _remedy(record: Record) -> str:
+    ops = [s for s in record.sources if patchable(s)]
+    if ops:
+        return ("`opbisect fix` replaces only these ops with deterministic ones and checks that two fresh runs "
+                "agree; `tf.config.experimental.enable_op_determinism()` fixes them too, at its cost")
+    return record.sources[0].known_remedy
