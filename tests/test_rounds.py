@@ -158,3 +158,20 @@ def test_a_source_only_a_family_switch_fixes_runs_the_later_rounds_and_the_lines
         f"TF_CUDNN_DETERMINISTIC=1 opbisect run --patch {csv} train.py -- --epochs 2"
     assert keep_lines(Recommendation("global switch", env={"TF_DETERMINISTIC_OPS": "1"}), "step") == [
         "tf.config.experimental.enable_op_determinism()  # before the model is built"]
+
+
+def test_the_users_two_runs_side_by_side_each_take_gpu_memory_as_they_need_it(tmp_path, monkeypatch):
+    """On the H200 the two runs of the user's test ran side by side, each TensorFlow took the whole GPU, and the
+    second ran out of memory: each child takes memory as it needs it (unless the user set it otherwise)."""
+    from opbisect.execute import children
+    from opbisect.fix.driver import FixDriver
+    from opbisect.record.fixing import Recommendation
+    from opbisect.settings import FixSettings
+
+    started = []
+    monkeypatch.setattr(children, "start", lambda cmd, env, **kw: started.append(env) or None)
+    monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
+    driver = FixDriver(FixSettings(script=write_script(tmp_path, "s", NOISE_STEP)), tmp_path, tmp_path)
+    driver.intercepted = True
+    driver._started(Recommendation("seeded", seed="7", env={"PYTHONHASHSEED": "7"}), 1)
+    assert started[0]["TF_FORCE_GPU_ALLOW_GROWTH"] == "true" and started[0]["PYTHONHASHSEED"] == "7"

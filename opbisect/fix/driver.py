@@ -138,7 +138,10 @@ class FixDriver:
             command = "trace", shared(s, TraceSettings, patch=patch, seed=rec.seed, steps=max(1, s.check_steps),
                                       probe=out, fresh=False, progress=False, out=self.staging / f"check{i}")
         cmd = children.command_line(command[0], command[1].to_argv())
-        proc = children.start(cmd, {**os.environ, **rec.env}, stdout=children.PIPE, stderr=children.PIPE)
+        # side by side on one GPU: each takes memory as it needs it (TensorFlow takes the whole GPU otherwise, and
+        # the second ran out of it on the H200); where memory is put changes no bit
+        env = {"TF_FORCE_GPU_ALLOW_GROWTH": "true", **os.environ, **rec.env}
+        proc = children.start(cmd, env, stdout=children.PIPE, stderr=children.PIPE)
         return proc, cmd, out
 
 
