@@ -99,10 +99,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from . import session
-
     if args.command == "trace":
-        return session.run_trace(TraceSettings.from_namespace(args))
+        settings = TraceSettings.from_namespace(args)
+        if settings.probe != Path():  # a child of the fresh-process check: the script to its training call, no trace
+            from .execute.fresh import probe
+
+            settings.validate()
+            return probe(settings)
+        from . import session
+
+        return session.run_trace(settings)
     if args.command == "verify":
         from . import verify
 
@@ -115,6 +121,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from .fix import run_fix
 
         return run_fix(FixSettings.from_namespace(args))
+    from . import session
+
     return session.rerun_report(args.record, args.out, html=args.html)
 
 

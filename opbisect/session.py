@@ -39,6 +39,7 @@ from .record import store
 from .record.model import Facts, Meta, Record
 from .settings import TraceSettings
 from .targets.loader import script_path
+from .targets.seeding import seeded
 
 
 def result_tensors(trace) -> list[str]:
@@ -64,10 +65,6 @@ def progress_display(enabled: bool):
 def run_trace(settings: TraceSettings, echo=print) -> int:
     """`opbisect trace`: the exit code is the verdict on the uninstrumented step (0 or 1)."""
     settings.validate()
-    if settings.probe != Path():  # a child of the fresh-process check
-        from .execute.fresh import probe
-
-        return probe(settings)
     folder = store.ReportFolder(settings.out, settings.script.stem, str(script_path(settings.script)))
     with folder.prepare():
         if settings.processes > 1:
@@ -96,27 +93,21 @@ def checked_experiment(settings: TraceSettings) -> tuple[Record, dict]:
 
     os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")  # two processes share the GPU: neither takes it all
     with FreshRun(settings) as fresh:
-        record, files = experiment(settings)
+        record, files = experiment(settings, fresh.own)
         return fresh.checked(record), files
 
 
-def script_contexts(settings) -> tuple:
-    """What the script runs under besides the hooks: --seed's pins."""
-    from .targets.seeding import KERAS, pinned
-
-    return (pinned({KERAS}, int(settings.seed)),) if settings.seed else ()
-
-
-def experiment(settings: TraceSettings) -> tuple[Record, dict]:
-    """The whole in-process experiment: the record, and the reproducers' files for the report folder."""
+def experiment(settings: TraceSettings, probe=None) -> tuple[Record, dict]:
+    """The whole in-process experiment: the record, and the reproducers' files for the report folder. `probe(bench,
+    trace, restart)`, where given, takes this process's probe for the fresh-process check once the passes ran."""
     from .targets.loader import importable
 
     started = time.time()
     with importable(settings.script):
-        return _experiment(settings, started)
+        return _experiment(settings, started, probe)
 
 
-def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
+def _experiment(settings: TraceSettings, started: float, probe=None) -> tuple[Record, dict]:
     from .capture import builder
     from .capture import taps as capture
     from .execute.passes import AnalysisPass, Bench, FitPass, PlainPass
@@ -132,7 +123,7 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
 
     step = prepare(settings.script, settings.step_name, settings.inputs_name, settings.device, settings.fingerprint,
                    settings.patch, setup, lap, argv=settings.script_args, at=settings.at, steps=settings.steps,
-                   contexts=script_contexts(settings))
+                   contexts=seeded(settings.seed))
     tf, kind, target, trace, fp = step.tf, step.kind, step.target, step.trace, step.fingerprinter
     if agree.count > 1 and target.fit is not None:
         raise CannotTest("--workers runs the step form and the model/data form; the fit form's model.fit is not "
@@ -175,6 +166,8 @@ def _experiment(settings: TraceSettings, started: float) -> tuple[Record, dict]:
                 break
             unsettled = unsettled or "another worker's claims needed more runs"
             runs = settings.max_runs  # look harder: every pass again, from the same state, with more runs
+        if probe is not None:
+            probe(bench, trace, step.restart)
     meta = Meta(script=str(settings.script), script_path=str(settings.script.resolve()), form=target.form,
                 runs=runs, steps=steps, metric_variables=metric_variables(target, trace),
                 looked_harder=unsettled if runs > settings.runs else "", timings=lap.laps, patched=step.patched,

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv-tf216
-.venv-tf216/bin/pip install -q -e '.[cpu,test]' 'tensorflow-cpu==2.16.2' 'tf_keras==2.16.0'
+.venv-tf216/bin/pip install -q -e '.[cpu,test]' 'tensorflow==2.16.2' 'tf_keras==2.16.0'
 .venv-tf216/bin/python -c "import tensorflow as tf, tf_keras; print('compatibility subset: TF', tf.__version__, 'tf_keras', tf_keras.__version__)"
 .venv-tf216/bin/python -m pytest -q -p no:cacheprovider tests/test_seeded.py tests/test_keras2.py tests/test_battery.py \
   tests/test_contract.py tests/test_cli.py tests/test_verify.py tests/test_rounds.py tests/test_zero_edit.py tests/test_hf.py \

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from opbisect.analysis import fresh
-from opbisect.record.model import Cause, Made, Probe, Trajectory
+from opbisect.record.model import Cause, Made, Probe
 
 from conftest import EXAMPLES, ROOT, child_env
 
@@ -90,20 +90,19 @@ def test_fix_ends_on_the_users_test_and_its_command_prints_one_digest(tmp_path, 
 
 # -- the decisions, on planted probes ---------------------------------------------------------------------------
 
-def probe(initial: dict, batches: list[int], after: list[dict] | None = None) -> Probe:
-    runs = Trajectory(batches=[[[b] for b in batches]], outputs=[[[] for _ in batches]] if after else [],
-                      after=[after] if after else [])
-    return Probe(initial=initial, runs=runs)
+def probe(initial: dict, batches: list[str], after: list[dict] | None = None) -> Probe:
+    return Probe(initial=initial, batches=batches, after=after or [], outputs=["o"] * len(after or []))
 
 
 def test_state_batches_and_results_apart_are_told_apart():
-    a = probe({"w": 1, "b": 2}, [10, 11], [{"w": 3}, {"w": 4}])
-    assert fresh.check(a, probe({"w": 9, "b": 2}, [10, 11], [{"w": 3}, {"w": 4}]), None, "unset").init == ["w"]
-    assert fresh.check(a, probe({"w": 1, "b": 2}, [10, 12], [{"w": 3}, {"w": 4}]), None, "unset").batches == [2]
-    later = fresh.check(a, probe({"w": 1, "b": 2}, [10, 11], [{"w": 3}, {"w": 5}]), None, "unset")
+    a = probe({"w": "1", "b": "2"}, ["10", "11"], [{"w": "3"}, {"w": "4"}])
+    assert fresh.check(a, probe({"w": "9", "b": "2"}, ["10", "11"], [{"w": "3"}]), None, "unset").init == ["w"]
+    assert fresh.check(a, probe({"w": "1", "b": "2"}, ["10", "12"], [{"w": "3"}]), None, "unset").batches == [2]
+    later = fresh.check(a, probe({"w": "1", "b": "2"}, ["10", "11"], [{"w": "3"}, {"w": "5"}]), None, "unset")
     assert (later.init, later.batches, later.first_differing_step) == ([], [], 2)
     # a step that varies inside this process from step 2 on: its cross-process difference there is no news
-    assert fresh.check(a, probe({"w": 1, "b": 2}, [10, 11], [{"w": 3}, {"w": 5}]), 2, "unset").apart is False
+    varying = probe({"w": "1", "b": "2"}, ["10", "11"], [{"w": "3"}, {"w": "5"}])
+    assert fresh.check(a, varying, 2, "unset").apart is False
 
 
 def test_the_experiment_tries_the_likeliest_source_first_and_stops_at_the_first_that_agrees():

@@ -14,26 +14,18 @@ from pathlib import Path
 
 from ..ir.optypes import KIND_REMEDIES
 from ..ir.randomness import BY_NAME, SEED, SEEDED_BY_KERAS, SOURCES
-from ..record.model import Cause, FreshCheck, Made, Probe, Record, Source, Trajectory
+from ..record.model import Cause, FreshCheck, Made, Probe, Source
 from ..words import listed
 
 
-def own_probe(record: Record) -> Probe:
-    """This process's probe, from its record: the state at the training call and its first plain run."""
-    d = record.default
-    return Probe(initial=record.meta.initial_state,
-                 runs=Trajectory(batches=d.batches[:1], outputs=d.outputs[:1], after=d.after[:1]))
-
-
 def state_apart(a: Probe, b: Probe) -> list[str]:
-    """The variables whose value at the training call differs (one made in one process only counts)."""
-    return sorted(k for k in set(a.initial) | set(b.initial) if a.initial.get(k) != b.initial.get(k))
+    """The variables whose value at the training call differs (of those both processes' steps read)."""
+    return sorted(k for k in set(a.initial) & set(b.initial) if a.initial[k] != b.initial[k])
 
 
 def batches_apart(a: Probe, b: Probe) -> list[int]:
     """The steps (1-based) whose batch differs."""
-    x, y = a.runs.batches[0] if a.runs.batches else [], b.runs.batches[0] if b.runs.batches else []
-    return [k for k, (p, q) in enumerate(zip(x, y), 1) if p != q]
+    return [k for k, (p, q) in enumerate(zip(a.batches, b.batches), 1) if p != q]
 
 
 def agree(a: Probe, b: Probe) -> bool:
@@ -45,10 +37,9 @@ def first_result_apart(a: Probe, b: Probe, varies_from: int | None) -> int | Non
     """Where state and batches agree: the first step after which the step's result differs between the processes,
     counted only before the step varies within this process (`varies_from`: there, runs of one process differ
     too)."""
-    steps = min(a.runs.steps, b.runs.steps)
-    last = steps if varies_from is None else min(steps, varies_from - 1)
+    last = min(a.steps, b.steps) if varies_from is None else min(a.steps, b.steps, varies_from - 1)
     for k in range(1, last + 1):
-        if a.runs.after[0][k - 1] != b.runs.after[0][k - 1] or a.runs.outputs[0][k - 1] != b.runs.outputs[0][k - 1]:
+        if a.after[k - 1] != b.after[k - 1] or a.outputs[k - 1] != b.outputs[k - 1]:
             return k
     return None
 
@@ -58,7 +49,7 @@ def check(mine: Probe, other: Probe, varies_from: int | None, hash_seed: str) ->
     batches = batches_apart(mine, other)
     first = None if init or batches else first_result_apart(mine, other, varies_from)
     return FreshCheck(hash_seed=hash_seed, init=init, batches=batches, first_differing_step=first,
-                      steps=min(mine.runs.steps, other.runs.steps),
+                      steps=min(mine.steps, other.steps),
                       created={k: other.created[k] for k in init if k in other.created})
 
 
@@ -112,13 +103,13 @@ def _set_iterations(tree) -> list:
 
 def remedy(cause: Cause | None, created: dict[str, Made], sites: list[str]) -> str:
     """What to do, in one sentence with the line, for what the experiment found (or did not)."""
-    if cause is None or not cause.found:
-        return KIND_REMEDIES["init"] if cause is None else (
-            f"pinning {listed([BY_NAME[n].what for n in cause.tried[-1]])} together did not make two fresh processes "
-            f"agree: the difference comes from elsewhere (the clock, os.urandom, the order of files on disk, a "
-            f"thread's timing)")
     where = next((m.site for m in created.values() if m.site), "")
     at = f" (the first variable that differs is made at {where})" if where else ""
+    if cause is None or not cause.found:
+        return KIND_REMEDIES["init"] + at if cause is None else (
+            f"pinning {listed([BY_NAME[n].what for n in cause.tried[-1]])} together did not make two fresh processes "
+            f"agree: the difference comes from elsewhere (the clock, os.urandom, the order of files on disk, a "
+            f"thread's timing){at}")
     pieces = [_piece(name, sites) for name in cause.sources]
     keras = [n for n in cause.sources if n in SEEDED_BY_KERAS]
     if keras and (created or keras != ["tensorflow"]):  # a model's state: Keras' own seeding call

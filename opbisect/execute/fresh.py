@@ -26,6 +26,7 @@ from ..ir.randomness import SEED
 from ..record import store
 from ..record.model import FreshCheck, Probe, Record
 from . import children
+from .digest import combined, value_digest
 
 FIRST = "a"  # the second fresh process's probe file (this process is the first)
 
@@ -35,6 +36,7 @@ class FreshRun:
         self.settings = settings
         self.folder: Path | None = None
         self.running: list[subprocess.Popen] = []
+        self.mine: Probe | None = None  # this process's probe (`own`, called by the experiment)
 
     def __enter__(self) -> "FreshRun":
         self._tmp = store.temporary("opbisect-fresh-")
@@ -63,6 +65,17 @@ class FreshRun:
         children.verdict(children.finish(proc, cmd), what)
         return store.load_probe(path)
 
+    def own(self, bench, trace, restart) -> None:
+        """This process's probe, from the bench of its experiment once its passes have run: the state at the training
+        call (the snapshot every run starts from), the batches, and one more plain run from there (restored as a
+        fresh process starts the step: the seeded random ops at their start)."""
+        snapshot = bench.start
+        initial = {k: v for k, v in zip(snapshot.keys, snapshot.saved) if k not in restart.variables}
+        batches = list(bench.feeder.run())
+        snapshot.restore()
+        variables = {k: v for k, v in trace.variables.items() if k in initial}
+        self.mine = measured(bench.runner.call, initial, variables, batches, run=True)
+
     def checked(self, record: Record) -> Record:
         """The record with the check's facts, its sources and its verdict."""
         hash_seed = os.environ.get("PYTHONHASHSEED", "unset")
@@ -74,7 +87,7 @@ class FreshRun:
             failed = FreshCheck(hash_seed=hash_seed, init=[], batches=[], first_differing_step=None, steps=0,
                                 error=str(exc))
             return dataclasses.replace(record, fresh=failed)
-        check = decide.check(decide.own_probe(record), other, record.default.first_differing_step(), hash_seed)
+        check = decide.check(self.mine, other, record.default.first_differing_step(), hash_seed)
         if check.init or check.batches:
             check.cause = self.cause(bool(check.init))
             check.set_sites = decide.set_sites(self.settings.script) if "hash" in check.cause.sources else []
@@ -106,36 +119,49 @@ def merged(record: Record, check: FreshCheck) -> Record:
                                facts=dataclasses.replace(record.facts, verdict=verdict))
 
 
+def measured(call, initial: dict, variables: dict, batches: list, run: bool) -> Probe:
+    """A probe: digests of `initial` (key -> the value at the training call), of each batch's arguments, and where
+    `run`, of every variable and the outputs after each step of `call` over the batches."""
+    import tensorflow as tf
+
+    def of(values) -> str:
+        return combined({str(i): value_digest(v) for i, v in enumerate(values)})
+
+    probe = Probe(initial={k: value_digest(v.numpy()) for k, v in initial.items()},
+                  batches=[of(tf.nest.flatten(args)) for args in batches])
+    for args in batches if run else []:
+        out = call(args)
+        probe.outputs.append(of(tf.nest.flatten(out, expand_composites=True)))
+        probe.after.append({k: value_digest(v.numpy()) for k, v in variables.items()})
+    return probe
+
+
 def probe(settings) -> int:
-    """In the child: bring the script to its training call (the sources `settings.pins` names pinned, every
-    variable's making recorded), run the plain step once from there, and leave the probe file."""
-    from ..session import script_contexts
+    """In the child: run the script to its training call (the sources `settings.pins` names pinned, every variable's
+    making recorded), digest what the step reads, run the step from there, and leave the probe file. No trace: the
+    step's own concrete function and the variables it captures are all the comparison needs."""
+    from ..deterministic import deterministic
     from ..targets.creation import Creation
-    from ..targets.loader import importable
-    from ..targets.seeding import pinned
-    from .prepared import prepare
-    from .runner import Feeder, Runner
+    from ..targets.loader import importable, load_target
+    from ..targets.seeding import pinned, seeded
+    from ..trace.trace import captured_variables, concrete_function
+    from .prepared import TensorFlowSetup
+    from .runner import Feeder
 
     pins = {p for p in settings.pins.split(",") if p}
     creation = Creation(settings.script)
     with importable(settings.script):
-        step = prepare(settings.script, settings.step_name, settings.inputs_name, settings.device,
-                       settings.fingerprint, settings.patch, argv=settings.script_args, at=settings.at,
-                       steps=settings.steps,
-                       contexts=(*script_contexts(settings), pinned(pins, SEED), creation.recording()))
-        runner = Runner(step.trace, step.target, step.state_fps, step.value_fps)
-        feeder = Feeder(step.target, min(settings.steps, step.target.steps_available or settings.steps))
-        if pins:  # the experiment compares the state and the batches: no step runs under a pin
-            runs = _batches_only(runner, feeder)
-        else:
-            runs = runner.plain(step.snapshot(), feeder, 1, None, "fresh-process probe")
-    found = Probe(initial=step.initial_state, runs=runs, created=creation.of(step.trace.variables),
-                  pins=sorted(pins), hash_seed=os.environ.get("PYTHONHASHSEED", "unset"))
+        tensorflow = TensorFlowSetup(settings.device)
+        target = load_target(settings.script, settings.step_name, settings.inputs_name, settings.script_args,
+                             settings.at, settings.steps, tensorflow.watching(), *seeded(settings.seed),
+                             pinned(pins, SEED), creation.recording())
+        tensorflow.started()
+        concrete = concrete_function(target, target.make_inputs())
+        variables, _ = captured_variables(concrete)
+        batches = list(Feeder(target, min(settings.steps, target.steps_available or settings.steps)).run())
+        step = deterministic(target.step, settings.patch) if settings.patch else concrete
+        found = measured(lambda args: step(*args), variables, variables, batches, run=not pins)
+    found.created, found.pins = creation.of(variables), sorted(pins)
+    found.hash_seed = os.environ.get("PYTHONHASHSEED", "unset")
     store.save_probe(found, Path(settings.probe))
     return 0
-
-
-def _batches_only(runner, feeder):
-    from ..record.model import Trajectory
-
-    return Trajectory(batches=[[runner.arguments(args) for args in feeder.run()]])

@@ -151,7 +151,7 @@ def _run_digests(path: Path) -> list[dict]:
 
 def _probe_digests(path: Path) -> list[dict]:
     probe = store.load_probe(path)
-    return [probe.initial, *(probe.runs.after[0] if probe.runs.after else [])]
+    return [probe.initial, *probe.after]
 
 
 def _compared(command: str, steps: int, runs: list, read) -> UserTest:

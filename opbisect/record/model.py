@@ -209,16 +209,22 @@ class Made:
 
 @dataclasses.dataclass
 class Probe:
-    """What one fresh process of the script saw at its training call: the fresh-process check's data file, written
-    by a child process (`trace --probe`) and compared with this process's own (analysis/fresh.py)."""
+    """What one process of the script saw at its training call: the fresh-process check's data, one probe from this
+    process and one from a second fresh one (`trace --probe`), compared by analysis/fresh.py. Digests are of the
+    bytes on the host (execute/digest.py): the same in every process, whatever the device."""
 
-    initial: dict[str, int]  # every variable's fingerprint at the training call, by key
-    runs: Trajectory  # one run of the plain step from there (batches, outputs, state after each step); no steps
-    # where the probe pinned a source (the cause experiment compares the state and batches only)
+    initial: dict[str, str]  # every variable the step captures, at the training call, by key
+    batches: list[str]  # per step: its arguments
+    after: list[dict[str, str]] = dataclasses.field(default_factory=list)  # per step run: every variable after it
+    outputs: list[str] = dataclasses.field(default_factory=list)  # per step run: its outputs
     created: dict[str, Made] = dataclasses.field(default_factory=dict)  # variable key -> where it was made
     pins: list[str] = dataclasses.field(default_factory=list)  # the sources it pinned (ir/randomness.py)
     hash_seed: str = "unset"  # PYTHONHASHSEED in that process
-    version: int = 1
+    version: int = 2
+
+    @property
+    def steps(self) -> int:
+        return len(self.after)
 
 
 @dataclasses.dataclass

@@ -4,6 +4,7 @@
   source, and the ops downstream up to `depth` edges away, each marked differing or identical.
 - `neighbourhood_svg()`: that neighbourhood drawn in layers, left to right.
 - `steps_svg()`: how many variables differ between runs after each step.
+- `magnitudes_svg()`: how much each source's output differs between runs (the share of its elements, the ULPs).
 SVG ids and metadata are fixed, so the same record always gives the same bytes.
 """
 
@@ -154,5 +155,25 @@ def costs_svg(variants) -> str | None:
     if max(ratios) / max(min(ratios), 1e-9) > 20:  # a switch at 50x would flatten every other bar
         ax.set_xscale("log")
     ax.set_xlabel("step time against the plain step (x); green: bitwise reproducible, red: not")
+    ax.grid(axis="x", alpha=0.3)
+    return _svg(fig)
+
+
+def magnitudes_svg(sources: list[Source]) -> str | None:
+    """Each measured source's share of differing elements as a bar, its largest ULP distance beside it (None where no
+    source's magnitude was measured, or none differed in the magnitude pass's runs)."""
+    measured = [s for s in sources if s.max_abs_diff and s.frac_elements_differing is not None][:20]
+    if not measured:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 0.35 * len(measured) + 1.0))
+    rows = range(len(measured))
+    ax.barh(rows, [100 * s.frac_elements_differing for s in measured], color="#c62828", alpha=0.8)
+    for row, s in zip(rows, measured):
+        ax.text(100 * s.frac_elements_differing, row, f"  {s.max_ulp_diff:.3g} ulp", va="center", fontsize=7)
+    ax.set_yticks(list(rows), [f"#{s.rank} {'/'.join(s.op_name.split('/')[-2:])}" for s in measured], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("elements of its output that differ between runs (%, log scale); the largest ULP distance beside")
     ax.grid(axis="x", alpha=0.3)
     return _svg(fig)

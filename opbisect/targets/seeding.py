@@ -50,3 +50,9 @@ def _tensorflow(tf, pins: set[str], seed: int) -> None:
         tf.random.set_seed(seed)
     if "tfdata" in pins:
         tf.config.experimental.enable_op_determinism()  # makes every tf.data stage deterministic, as its docs say
+
+
+def seeded(seed: str) -> tuple:
+    """What `--seed N` runs the script under ("": nothing): every seed pinned, as keras.utils.set_random_seed(N) at
+    the script's top would."""
+    return (pinned({KERAS}, int(seed)),) if seed else ()

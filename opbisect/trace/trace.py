@@ -246,12 +246,10 @@ def _flatten(graph) -> tuple:
     return flat, origins, graph if flat is graph_def else None
 
 
-def trace_step(target: Target, args: tuple) -> Trace:
-    cf = concrete_function(target, args)
+def captured_variables(cf) -> tuple[dict[str, Any], dict[str, str]]:
+    """The variables a concrete function captures, by key (stable across processes), and the key of each capture's
+    placeholder inside it: what the step reads besides its arguments."""
     fg = cf.graph
-    flat_gd, origins, traced = _flatten(fg)
-
-    # Captured resources: map their placeholders to the variables behind them.
     captured_vars = {id(v.handle): v for v in tfcompat.per_replica_variables(fg.variables)}
     internal = tfcompat.internal_captures(fg)
     external = list(cf.captured_inputs)
@@ -265,6 +263,17 @@ def trace_step(target: Target, args: tuple) -> Trace:
         if v is not None:
             var_of_placeholder[inn.op.name] = keys[id(v)]
             variables[keys[id(v)]] = v
+    return variables, var_of_placeholder
+
+
+def trace_step(target: Target, args: tuple) -> Trace:
+    cf = concrete_function(target, args)
+    fg = cf.graph
+    flat_gd, origins, traced = _flatten(fg)
+
+    # Captured resources: map their placeholders to the variables behind them.
+    variables, var_of_placeholder = captured_variables(cf)
+    internal = tfcompat.internal_captures(fg)
     # The placeholders the call's arguments feed: every input that no captured value feeds. (Not a count from the
     # front: under MirroredStrategy a captured handle's placeholder can be listed among the inputs twice.)
     captured_ph = {id(t) for t in internal}
