@@ -70,19 +70,23 @@ def false_positives(runs: int) -> dict[str, int]:
     return said
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--false-positives", type=int, default=0, help="traces of each seeded twin")
-    args = parser.parse_args(argv)
-    rows = cost(args.repeats)
+def table(rows: list[dict], repeats: int) -> None:
     print("| example | trace --no-fresh-check (s) | trace (s) | ratio |\n| --- | --- | --- | --- |")
     for r in rows:
         note = " (processes apart: the experiment ran)" if r["apart"] else ""
         print(f"| {r['script']} | {r['without']:.1f} | {r['with']:.1f} | {r['with'] / r['without']:.2f}x{note} |")
     ratios = [r["with"] / r["without"] for r in rows if not r["apart"]]
-    print(f"\nmedian of {args.repeats} each, in turn; ratio over the examples whose processes agree: "
+    print(f"\nmedian of {repeats} each, in turn; ratio over the examples whose processes agree: "
           f"{min(ratios):.2f}-{max(ratios):.2f}x, median {statistics.median(ratios):.2f}x")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3, help="timings of each example (0: none)")
+    parser.add_argument("--false-positives", type=int, default=0, help="traces of each seeded twin")
+    args = parser.parse_args(argv)
+    if args.repeats:
+        table(cost(args.repeats), args.repeats)
     if args.false_positives:
         said = false_positives(args.false_positives)
         print(f"\nseeded twins, {args.false_positives} traces each: "

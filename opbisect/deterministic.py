@@ -11,49 +11,9 @@ For a Keras model the train step is replaced on the model itself, so `fit`, `tra
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
-
-def _trace(function, args: tuple, name: str):
-    from .targets.loader import Target
-    from .trace.trace import trace_step
-
-    target = Target(path=Path(name), step=function, make_inputs=lambda: args, variables=None, form="step",
-                    module=None)
-    return trace_step(target, args)
-
-
-class _Patched:
-    """A callable like the step: on each new argument signature, trace, patch, and keep the patched step."""
-
-    def __init__(self, function, patch: str, name: str):
-        self.function, self.patch, self.name = function, patch, name
-        self.steps: dict = {}
-        self.replaced: list[str] = []
-        self.skipped: dict[str, str] = {}
-
-    def _for(self, args: tuple):
-        import tensorflow as tf
-
-        from .patches.selection import choose
-        from .patches.step import PatchedStep
-
-        key = tuple(str(tf.TensorSpec.from_tensor(t)) if hasattr(t, "dtype") else repr(t)
-                    for t in tf.nest.flatten(args))
-        if key not in self.steps:
-            trace = _trace(self.function, args, self.name)
-            step = PatchedStep(trace, choose(trace.graph, self.patch))
-            self.steps[key] = step
-            self.replaced, self.skipped = step.replaced, step.skipped
-            if step.skipped:
-                op, why = next(iter(step.skipped.items()))
-                warnings.warn(f"opbisect.deterministic left {len(step.skipped)} op(s) as they are, e.g. {op}: {why} "
-                              f"(a family switch must be set before TensorFlow starts)", stacklevel=3)
-        return self.steps[key]
-
-    def __call__(self, *args):
-        return self._for(args)(*args)
+from .patches.step import PatchedCallable
 
 
 def deterministic(step_or_model, patch: str | Path | list[str]):
@@ -68,7 +28,7 @@ def deterministic(step_or_model, patch: str | Path | list[str]):
     function = step_or_model
     if not hasattr(function, "get_concrete_function"):
         function = tf.function(function, autograph=False)
-    return _Patched(function, spec, getattr(step_or_model, "__name__", "step"))
+    return PatchedCallable(function, spec, getattr(step_or_model, "__name__", "step"))
 
 
 def _keras(model, spec: str):
@@ -78,7 +38,8 @@ def _keras(model, spec: str):
     from . import tfcompat
 
     original = model.train_step
-    patched = _Patched(tf.function(original, autograph=False, jit_compile=tfcompat.keras_jit_compile(model)), spec,
+    patched = PatchedCallable(tf.function(original, autograph=False, jit_compile=tfcompat.keras_jit_compile(model)),
+                              spec,
                        type(model).__name__)
     # Keras 2 traces its train function with autograph, which would convert opbisect's own code behind the call
     # (and fails on it in TF 2.16): the call is left unconverted; the patched step is traced as it is.

@@ -8,7 +8,7 @@ Each stage is its own module and decides what it can; this one wires them and st
                                                           across_workers(settings): N workers in lockstep)
         prepare                       execute/prepared.py (loaded or intercepted, traced, seeded ops restarted,
                                                           patched, snapshotted: what verify shares)
-        preflight.checks              analysis/preflight.py
+        preflight.checks              execute/preflight.py
         FitPass, PlainPass            execute/passes.py  (the verdict's evidence; PlainPass pinned: the baseline)
         _analysis_passes              here               (which passes run, in what order: the grappler choice)
         AnalysisPass                  execute/passes.py -> execute/steps.py (capture/, analysis/compare.py,
@@ -28,10 +28,11 @@ import time
 from pathlib import Path
 
 from . import report, tfcompat
-from .analysis import facts, preflight
+from .analysis import facts
 from .analysis.rank import rank
 from .analysis.sources import hidden_behind, in_process_rows, replica_count
 from .errors import CannotTest, UsageError
+from .execute import preflight
 from .execute.prepared import device_name, environment, prepare
 from .ir.ids import state_id
 from .patches.registry import switches_on

@@ -152,7 +152,7 @@ def _variant(name: str, how: str, measured, plain=None, comparable: bool = True)
 
 
 def experiment(settings: VerifySettings) -> Verification:
-    from .analysis.preflight import autotuned_convolutions
+    from .execute.preflight import autotuned_convolutions
     from .execute.prepared import environment
     from .patches.registry import has_rewrite, switch_of
     from .patches.selection import choose

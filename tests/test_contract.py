@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from opbisect.analysis import preflight
 from opbisect.cli import main
+from opbisect.execute import preflight
 from opbisect.record.model import RECORD_VERSION
 
 from conftest import NOISE_STEP, child_env, trace, write_script

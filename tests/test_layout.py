@@ -75,3 +75,48 @@ def test_the_ir_and_the_record_import_nothing_above_them():
                     and not n.startswith(allowed))
     assert upward == []
     assert ("opbisect.record.store", "opbisect.ir.graph") in graph.edges  # the walk saw these modules' imports
+
+
+DATA = {"words", "errors", "ir", "record", "settings"}
+GLUE = {"tfcompat", "targets", "trace", "capture", "kernels", "replay", "patches"}  # TensorFlow, the user's script
+# What each floor may import besides itself, bottom up: the data (ids, the op-type table, the record), the pure
+# decisions (analysis: no TensorFlow), the views (report), the TensorFlow glue, the execution, the commands.
+LAYERS = {
+    "words": set(), "errors": set(), "settings": {"errors"}, "ir": {"errors", "words"},
+    "record": {"errors", "ir", "words"},
+    "analysis": DATA | {"patches"},  # patches.registry: which op types have a patch or a switch (a table)
+    "report": DATA | {"analysis"},
+    **{glue: DATA | GLUE for glue in GLUE},
+    "execute": DATA | GLUE | {"analysis"},
+}
+COMMANDS = {"session", "verify", "fix", "patched_run", "deterministic", "cli", "__main__", "opbisect"}
+
+
+def _floor(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_each_floor_imports_only_the_floors_below_it():
+    graph = import_graph()
+    floors = {_floor(m) for m in graph.nodes}
+    assert floors - COMMANDS <= set(LAYERS), f"a package with no floor: {sorted(floors - COMMANDS - set(LAYERS))}"
+    wrong = sorted((m, n) for m, n in graph.edges if _floor(m) in LAYERS and _floor(n) != _floor(m)
+                   and _floor(n) not in LAYERS[_floor(m)])
+    assert wrong == []
+    tables = {n for m, n in graph.edges if _floor(m) == "analysis" and _floor(n) == "patches"}
+    assert tables <= {"opbisect.patches.registry"}  # the table, none of the patches (they build TensorFlow ops)
+
+
+def test_the_pure_floors_import_no_tensorflow():
+    """analysis/, record/, ir/ and report/ decide and show from records: a saved record is re-rendered, and every
+    decision tested, without TensorFlow."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        if _floor(_module(path)) in ("analysis", "record", "ir", "report", "words", "errors", "settings"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                found += [(path.name, n) for n in names if n.split(".")[0] in ("tensorflow", "keras", "tf_keras")
+                          or n.endswith("tfcompat")]
+    assert found == []

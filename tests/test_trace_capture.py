@@ -11,10 +11,10 @@ import pytest
 import tensorflow as tf
 
 from opbisect import tfcompat
-from opbisect.analysis.preflight import graph_findings
 from opbisect.capture import builder, fingerprint
 from opbisect.capture import taps as capture
 from opbisect.errors import GraphCheckError
+from opbisect.execute.preflight import graph_findings
 from opbisect.ir.graph import OpGraph
 from opbisect.targets.loader import load_target
 from opbisect.trace.trace import pick_sites, tensor_layout, trace_step
@@ -539,7 +539,7 @@ def test_xla_builds_a_steps_kernels_on_every_core_unless_your_flags_say_otherwis
 
 
 def test_the_environment_note_of_an_xla_step_shows_the_xla_flags_it_ran_under(monkeypatch):
-    from opbisect.analysis.preflight import environment_findings
+    from opbisect.execute.preflight import environment_findings
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_force_compilation_parallelism=3")
     notes = [[f.message for f in environment_findings(OpGraph(), xla) if "environment" in f.message]

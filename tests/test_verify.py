@@ -331,7 +331,7 @@ def test_the_summary_gives_one_recommendation_the_records(plain, patched, named)
 def test_only_a_gpu_step_with_convolutions_and_autotuning_on_is_autotuned(monkeypatch):
     from types import SimpleNamespace
 
-    from opbisect.analysis.preflight import autotuned_convolutions
+    from opbisect.execute.preflight import autotuned_convolutions
     from opbisect.ir.graph import OpGraph
 
     def step(kind, *types):

@@ -140,7 +140,7 @@ def probe(settings) -> int:
     """In the child: run the script to its training call (the sources `settings.pins` names pinned, every variable's
     making recorded), digest what the step reads, run the step from there, and leave the probe file. No trace: the
     step's own concrete function and the variables it captures are all the comparison needs."""
-    from ..deterministic import deterministic
+    from ..patches.step import PatchedCallable
     from ..targets.creation import Creation
     from ..targets.loader import importable, load_target
     from ..targets.seeding import pinned, seeded
@@ -159,7 +159,7 @@ def probe(settings) -> int:
         concrete = concrete_function(target, target.make_inputs())
         variables, _ = captured_variables(concrete)
         batches = list(Feeder(target, min(settings.steps, target.steps_available or settings.steps)).run())
-        step = deterministic(target.step, settings.patch) if settings.patch else concrete
+        step = PatchedCallable(target.step, settings.patch, settings.script.stem) if settings.patch else concrete
         found = measured(lambda args: step(*args), variables, variables, batches, run=not pins)
     found.created, found.pins = creation.of(variables), sorted(pins)
     found.hash_seed = os.environ.get("PYTHONHASHSEED", "unset")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
+
 from .. import tfcompat
 from ..errors import UsageError
 from .rewrite import rewrite
@@ -62,3 +65,43 @@ class PatchedStep:
             return tfcompat.pack_outputs(self.trace.concrete, body(*self.trace.flat_args(args)))
 
         return tf.function(step, autograph=False, jit_compile=self.trace.jit_compile)
+
+
+def _trace(function, args: tuple, name: str):
+    from ..targets.loader import Target
+    from ..trace.trace import trace_step
+
+    target = Target(path=Path(name), step=function, make_inputs=lambda: args, variables=None, form="step",
+                    module=None)
+    return trace_step(target, args)
+
+
+class PatchedCallable:
+    """A callable like the step: on each new argument signature, trace, patch, and keep the patched step."""
+
+    def __init__(self, function, patch: str, name: str):
+        self.function, self.patch, self.name = function, patch, name
+        self.steps: dict = {}
+        self.replaced: list[str] = []
+        self.skipped: dict[str, str] = {}
+
+    def _for(self, args: tuple):
+        import tensorflow as tf
+
+        from .selection import choose
+
+        key = tuple(str(tf.TensorSpec.from_tensor(t)) if hasattr(t, "dtype") else repr(t)
+                    for t in tf.nest.flatten(args))
+        if key not in self.steps:
+            trace = _trace(self.function, args, self.name)
+            step = PatchedStep(trace, choose(trace.graph, self.patch))
+            self.steps[key] = step
+            self.replaced, self.skipped = step.replaced, step.skipped
+            if step.skipped:
+                op, why = next(iter(step.skipped.items()))
+                warnings.warn(f"opbisect.deterministic left {len(step.skipped)} op(s) as they are, e.g. {op}: {why} "
+                              f"(a family switch must be set before TensorFlow starts)", stacklevel=3)
+        return self.steps[key]
+
+    def __call__(self, *args):
+        return self._for(args)(*args)

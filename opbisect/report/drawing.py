@@ -70,7 +70,7 @@ def _svg(fig) -> str:
     import matplotlib
 
     buf = io.StringIO()
-    with matplotlib.rc_context({"svg.hashsalt": "opbisect", "svg.fonttype": "path"}):
+    with matplotlib.rc_context({"svg.hashsalt": "opbisect", "svg.fonttype": "none"}):
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None}, bbox_inches="tight")
     import matplotlib.pyplot as plt
 

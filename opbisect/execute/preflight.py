@@ -165,7 +165,7 @@ def environment_findings(graph, xla: bool = False) -> list[Finding]:
 
 def distribute_findings(graph) -> list[Finding]:
     """Known multi-device causes of results that change with the number of replicas or between runs."""
-    from .sources import replica_of
+    from ..analysis.sources import replica_of
 
     found = []
     draws = [op for op in graph.ops if optypes.has(graph.op_type(op), optypes.RNG_STATE)
