@@ -49,6 +49,7 @@ def main(argv: list[str]) -> int:
     from opbisect import tfcompat
     from opbisect.execute.prepared import prepare
     from opbisect.execute.snapshot import Snapshot
+    from opbisect.settings import TraceSettings
     from opbisect.targets.loader import importable, load_target
     from opbisect.trace.trace import trace_step
 
@@ -56,7 +57,7 @@ def main(argv: list[str]) -> int:
         script = Path(tmp) / "dropout_mlp.py"
         script.write_text(SCRIPT.format(layers=args.layers, width=args.width))
         with importable(script):
-            prepared = prepare(script, "step", "inputs", args.device, "auto")
+            prepared = prepare(TraceSettings(script=Path(script), device=args.device))
             tf = prepared.tf
             batch = prepared.target.make_inputs()
             original = trace_step(load_target(script), batch)  # the step as written, its own variables

@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
     from opbisect.targets.loader import load_target
     from opbisect.trace.trace import trace_step
 
-    target = load_target(args.script, None, None)
+    target = load_target(args.script)
     batch = target.make_inputs()
     trace = trace_step(target, batch)
     if not trace.jit_compile:
@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
     digested_inside = time.perf_counter() - start
 
     start = time.perf_counter()
-    b, tapped, _, _, _ = capture.instrumented_graph_def(trace, taps, fp, (), True, True)
+    b, tapped, _, _, _ = capture.instrumented_graph_def(trace, fp, capture.Wanted(taps, grouped=True))
     importer = importer.step_importer(trace, b.gd, b.register, list(tapped))
     raw = tf.function(lambda *feeds: importer(*feeds), autograph=False, jit_compile=True)
     outputs = raw(*trace.flat_args(batch))

@@ -26,15 +26,21 @@ DEVICES = ("auto", "cpu", "gpu")
 FINGERPRINTS = ("auto", "farmhash", "wsum", "fused")
 
 
-def option(default, help: str, flag: str | None = None, choices: tuple | None = None, minimum: int | None = None,
-           positional: bool = False, hidden: bool = False, after_dashes: bool = False):
-    """A settings field with its command-line spelling. A bool's flag turns it to `not default`. `hidden`: an
-    option opbisect gives its own child processes, not listed in --help. `after_dashes`: the arguments after `--`,
-    for the user's script (a tuple)."""
-    kwargs = {"default_factory": tuple} if after_dashes else {"default": default}
-    return dataclasses.field(**kwargs, metadata={
-        "help": argparse.SUPPRESS if hidden else help, "flag": flag, "choices": choices, "minimum": minimum,
-        "positional": positional, "after_dashes": after_dashes})
+_SPELLING = {"choices": None, "minimum": None, "positional": False, "hidden": False, "after_dashes": False}
+
+
+def option(default, help: str, flag: str | None = None, **spelling):
+    """A settings field with its command-line spelling. A bool's flag turns it to `not default`. `spelling`, as in
+    argparse: `choices`, `minimum`, `positional`; `hidden`: an option opbisect gives its own child processes, not
+    listed in --help; `after_dashes`: the arguments after `--`, for the user's script (a tuple)."""
+    unknown = set(spelling) - set(_SPELLING)
+    if unknown:
+        raise TypeError(f"option() got unknown spelling {sorted(unknown)}")
+    spelling = {**_SPELLING, **spelling}
+    kwargs = {"default_factory": tuple} if spelling["after_dashes"] else {"default": default}
+    hidden = spelling.pop("hidden")
+    return dataclasses.field(**kwargs, metadata={"help": argparse.SUPPRESS if hidden else help, "flag": flag,
+                                                 **spelling})
 
 
 def _script_args():
@@ -136,19 +142,28 @@ class Settings:
 
 
 @dataclasses.dataclass
-class TraceSettings(Settings):
-    script: Path = option(None, "model_step.py: defines `step` and `inputs` (or `model` and `data`)",
-                          positional=True)
-    runs: int = option(5, "runs of each pass (default 5, at least 2)", minimum=2)
-    out: Path = option(Path("reports"), "folder that receives the report folder <script>/ (default reports/)")
+class StepOptions(Settings):
+    """What names a script's training step and how it runs: the options every command that runs a step shares,
+    defined once here and composed into each (trace, verify, fix)."""
+
+    script: Path = option(None, "train.py: your training script, run as it is (or a script that defines `step` and "
+                                "`inputs`, or `model` and `data`: the target contract)", positional=True)
     step_name: str = _step_name()
     inputs_name: str = _inputs_name()
     device: str = _device()
+    fingerprint: str = _fingerprint()
+    at: str = _at()
+    script_args: tuple = _script_args()
+
+
+@dataclasses.dataclass
+class TraceSettings(StepOptions):
+    runs: int = option(5, "runs of each pass (default 5, at least 2)", minimum=2)
+    out: Path = option(Path("reports"), "folder that receives the report folder <script>/ (default reports/)")
     pin_grappler: bool = option(True, "analyse under your grappler config instead of pinning constant folding, "
                                       "arithmetic optimization, the memory and dependency optimizers and grappler's "
                                       "second round off for the plain and the instrumented step",
                                 flag="--no-pin-grappler")
-    fingerprint: str = _fingerprint()
     steps: int = option(1, "consecutive steps per run: find the first step whose result differs, then the "
                            "sources of each step from the identical state before it", minimum=1)
     processes: int = option(1, "repeat the experiment in this many fresh Python processes and compare them op by "
@@ -180,10 +195,8 @@ class TraceSettings(Settings):
                                "process check: your own test of two runs, on every variable, batch and step result)",
                          flag="--no-fresh-check")
     seed: str = _seed()
-    at: str = _at()
     probe: Path = option(Path(), "child of the fresh-process check: write the probe here and stop", hidden=True)
     pins: str = option("", "child of the fresh-process check: the sources of randomness to pin", hidden=True)
-    script_args: tuple = _script_args()
 
     def validate(self) -> None:
         from .errors import UsageError
@@ -223,8 +236,7 @@ VARIANTS = ("", "global", "family", "patched", "cpu")
 
 
 @dataclasses.dataclass
-class VerifySettings(Settings):
-    script: Path = option(None, "model_step.py: the script the report was made from", positional=True)
+class VerifySettings(StepOptions):
     patch: str = option("", "what to replace: a report's sources.csv (or its report folder), or op types or op "
                             "names, comma-separated")
     runs: int = option(5, "runs of each variant from one state (default 5, at least 2)", minimum=2)
@@ -234,17 +246,11 @@ class VerifySettings(Settings):
                            "through the step at which a --patch CSV's sources first differed, 1 without one)",
                         minimum=0)
     out: Path = option(Path("reports"), "folder that receives <script>-verify/ (default reports/)")
-    step_name: str = _step_name()
-    inputs_name: str = _inputs_name()
-    device: str = _device()
-    fingerprint: str = _fingerprint()
     switches: bool = option(True, "do not run the global switch and the family switches (child processes)",
                             flag="--no-switches")
     cpu_reference: str = _cpu_reference()
     variant: str = option("", "child: which switch this process runs under", choices=VARIANTS, hidden=True)
     exchange: Path = option(Path(), "child: the folder shared with the parent", hidden=True)
-    at: str = _at()
-    script_args: tuple = _script_args()
 
     def validate(self) -> None:
         from .errors import UsageError
@@ -275,9 +281,7 @@ def _flag(f: dataclasses.Field) -> str:
 
 
 @dataclasses.dataclass
-class FixSettings(Settings):
-    script: Path = option(None, "model_step.py: defines `step` and `inputs` (or `model` and `data`, or the fit form)",
-                          positional=True)
+class FixSettings(StepOptions):
     runs: int = option(5, "runs of each trace round (default 5, at least 2)", minimum=2)
     max_rounds: int = option(6, "trace rounds at most: each traces the step with every source found so far "
                                 "patched (default 6; ResNet50 on an H200 needed 4)", minimum=1)
@@ -289,18 +293,12 @@ class FixSettings(Settings):
     timing_runs: int = option(20, "steps of each variant timed in the final verify (default 20)", minimum=0)
     cpu_reference: str = _cpu_reference()
     out: Path = option(Path("reports"), "folder that receives <script>-fix/ (default reports/)")
-    step_name: str = _step_name()
-    inputs_name: str = _inputs_name()
-    device: str = _device()
-    fingerprint: str = _fingerprint()
     check_steps: int = option(10, "the user's test at the end: two fresh runs of the script with the fix applied "
                                   "(`opbisect run`), compared after each of their first K training steps (default "
                                   "10; 0: each run to the script's end)", minimum=0)
     processes: int = option(1, "each round's trace in this many fresh processes, compared op by op (trace "
                                "--processes)", minimum=1)
     progress: bool = option(True, "no line per round", flag="--no-progress")
-    at: str = _at()
-    script_args: tuple = _script_args()
 
     def validate(self) -> None:
         super().validate()

@@ -60,6 +60,7 @@ class _Step:
     values: object  # fingerprints of a list of tensors
     kind: str
     fingerprinter: str  # its --fingerprint key
+    device: str = ""  # the device it runs on, as the record names it
     batches: list = dataclasses.field(default_factory=list)  # the arguments of each step of one run (`feed`)
     inputs: list = dataclasses.field(default_factory=list)  # their fingerprints, checked by the children
 
@@ -97,14 +98,16 @@ def _load(settings: VerifySettings, starting: dict | None = None) -> _Step:
     from .patches.selection import through_step
 
     steps = settings.steps or through_step(settings.patch)  # the batches an intercepted script's step needs
-    step = prepare(settings.script, settings.step_name, settings.inputs_name, settings.device, settings.fingerprint,
-                   setup=setup, starting=starting, argv=settings.script_args, at=settings.at, steps=steps)
+    step = prepare(dataclasses.replace(settings, patch="", steps=steps), setup, starting=starting)  # patched below
     tf, values, state = step.tf, step.value_fps, step.state_fps
 
     def fingerprint(outputs) -> tuple:
         return tuple(values(tf.nest.flatten(outputs, expand_composites=True))), tuple(sorted(state().items()))
 
-    return _Step(step.target, step.trace, step.snapshot(), fingerprint, values, step.kind, step.fingerprinter.key)
+    from .execute.prepared import environment
+
+    return _Step(step.target, step.trace, step.snapshot(), fingerprint, values, step.kind, step.fingerprinter.key,
+                 environment(tf, step.kind)["device"])
 
 
 def _measure(step: _Step, call, runs: int):
@@ -153,10 +156,7 @@ def _variant(name: str, how: str, measured, plain=None, comparable: bool = True)
 
 def experiment(settings: VerifySettings) -> Verification:
     from .execute.preflight import autotuned_convolutions
-    from .execute.prepared import environment
-    from .patches.registry import has_rewrite, switch_of
     from .patches.selection import choose
-    from .patches.step import PatchedStep
     from .targets.loader import importable
 
     with importable(settings.script):
@@ -166,39 +166,49 @@ def experiment(settings: VerifySettings) -> Verification:
             raise UsageError("--patch names no op of this step")
         settings = dataclasses.replace(settings, steps=settings.steps or choice.through_step)  # the children too
         step.feed(settings.steps)
-        patched = PatchedStep(step.trace, choice)
-        plain = _measure(step, step.trace.concrete, settings.runs)
-        if plain.error:
-            raise TargetError(f"the step raised {plain.error}")
-        if patched.replaced:
-            fixed = _measure(step, patched, settings.runs)
-            if fixed.error:
-                raise InternalError(f"the patched step failed where the plain step ran ({fixed.error})")
-            _time(step, [plain, fixed], [step.trace.concrete, patched], settings.timing_runs)
-        else:  # nothing rewritten (the ops named have only a family switch): the plain step, not a variant
-            fixed = Measured(error="no op was replaced (the ops named have a family switch and no rewrite, or are no "
-                                   "op's own variation)")
-            _time(step, [plain], [step.trace.concrete], settings.timing_runs)
-        import tensorflow as tf
-
-        device = environment(tf, step.kind)["device"]
-        measured = [(_variant(PLAIN, "the step as written", plain, plain), plain),
-                    (_variant(PATCHED, f"{len(patched.replaced)} op(s) replaced by opbisect's patches", fixed, plain),
-                     fixed)]
-        types = {step.trace.graph.op_type(op) for op in choice.ops}
-        switches = sorted({switch_of(t) for t in types if switch_of(t)})
-        needed = sorted({switch_of(t) for t in types if switch_of(t) and not has_rewrite(t)})
-        reference = settings.cpu_reference == "on" or (settings.cpu_reference == "auto" and step.kind == "gpu")
-        measured += _children(settings, step, plain, switches, needed, reference)
+        measured, patched, plain = _in_process(settings, step, choice)
+        measured += _children(settings, step, plain, _switches(step, choice))
     variants = _against_reference([v for v, _ in measured], [m for _, m in measured])
     tuned = bool(autotuned_convolutions(step.trace.graph, step.kind == "gpu"))
     for v in variants:
         v.autotuned = tuned and v.name != GLOBAL and not v.reference
-    return Verification(script=str(settings.script), script_path=str(settings.script.resolve()), device=device,
+    return Verification(script=str(settings.script), script_path=str(settings.script.resolve()), device=step.device,
                         patch=settings.patch, runs=settings.runs, replaced=patched.replaced, skipped=patched.skipped,
-                        renamed=choice.renamed,
-                        not_ops=choice.not_ops, plain_spread=plain.spread, variants=variants,
+                        renamed=choice.renamed, not_ops=choice.not_ops, plain_spread=plain.spread, variants=variants,
                         recommendation=decide(variants), timing_runs=settings.timing_runs, steps=settings.steps)
+
+
+def _in_process(settings: VerifySettings, step: _Step, choice) -> tuple[list[tuple], object, object]:
+    """([(variant, measured)] of the plain and the patched step, run side by side in this process; the patched step;
+    the plain step's measurement)."""
+    from .patches.step import PatchedStep
+
+    patched = PatchedStep(step.trace, choice)
+    plain = _measure(step, step.trace.concrete, settings.runs)
+    if plain.error:
+        raise TargetError(f"the step raised {plain.error}")
+    if patched.replaced:
+        fixed = _measure(step, patched, settings.runs)
+        if fixed.error:
+            raise InternalError(f"the patched step failed where the plain step ran ({fixed.error})")
+        _time(step, [plain, fixed], [step.trace.concrete, patched], settings.timing_runs)
+    else:  # nothing rewritten (the ops named have only a family switch): the plain step, not a variant
+        fixed = Measured(error="no op was replaced (the ops named have a family switch and no rewrite, or are no "
+                               "op's own variation)")
+        _time(step, [plain], [step.trace.concrete], settings.timing_runs)
+    return [(_variant(PLAIN, "the step as written", plain, plain), plain),
+            (_variant(PATCHED, f"{len(patched.replaced)} op(s) replaced by opbisect's patches", fixed, plain), fixed)
+            ], patched, plain
+
+
+def _switches(step: _Step, choice) -> tuple[list[str], list[str]]:
+    """(the family switches of the chosen ops' types, those of the types with no rewrite: the patched step needs
+    them)."""
+    from .patches.registry import has_rewrite, switch_of
+
+    types = {step.trace.graph.op_type(op) for op in choice.ops}
+    return (sorted({switch_of(t) for t in types if switch_of(t)}),
+            sorted({switch_of(t) for t in types if switch_of(t) and not has_rewrite(t)}))
 
 
 def _against_reference(variants: list[Variant], measured: list) -> list[Variant]:
@@ -215,35 +225,47 @@ def _against_reference(variants: list[Variant], measured: list) -> list[Variant]
     return variants
 
 
-def _children(settings: VerifySettings, step: _Step, plain, switches: list[str], needed: list[str],
-              reference: bool) -> list[tuple]:
-    """(variant, measured) of each child process, each from the parent's starting state: unless --no-switches, the
-    global switch, each family switch and the patched step under each family switch that some chosen op has
-    instead of a rewrite (`needed`); and the plain step on the CPU (`reference`)."""
+@dataclasses.dataclass(frozen=True)
+class _ChildRun:
+    """A variant run in a fresh process: the switch it runs under (`variant`), its name, what runs, its environment."""
+
+    variant: str
+    name: str
+    how: str
+    env: dict
+
+
+def _child_runs(settings: VerifySettings, switches: tuple[list[str], list[str]]) -> list[_ChildRun]:
+    """Unless --no-switches: the global switch, each family switch, and the patched step under each family switch
+    some chosen op has instead of a rewrite."""
     if not settings.switches:
-        switches, needed = [], []
-    if not (settings.switches or reference):
+        return []
+    families, needed = switches
+    return ([_ChildRun("global", GLOBAL, _GLOBAL_HOW, {})]
+            + [_ChildRun("family", f"{n}=1", f"the environment variable {n}=1, in a fresh process", {n: "1"})
+               for n in families]
+            + [_ChildRun("patched", f"{PATCHED} + {n}=1", f"the patched step under {n}=1 (the ops with no rewrite), "
+                         f"in a fresh process", {n: "1"}) for n in needed])
+
+
+def _children(settings: VerifySettings, step: _Step, plain, switches: tuple[list[str], list[str]]) -> list[tuple]:
+    """(variant, measured) of each child process, each from the parent's starting state (`_child_runs`), and the
+    plain step on the CPU where the step runs on a GPU (or --cpu-reference on): the numerical reference."""
+    reference = settings.cpu_reference == "on" or (settings.cpu_reference == "auto" and step.kind == "gpu")
+    runs = _child_runs(settings, switches)
+    if not (runs or reference):
         return []
     with store.temporary("opbisect-verify-") as tmp:
         exchange = Path(tmp)
-        keys = sorted(step.snapshot.keys)
         np.savez(exchange / "start.npz", *[np.asarray(v.numpy()) for v in step.snapshot.saved])
-        (exchange / "start.json").write_text(json.dumps({"keys": keys, "inputs": step.inputs}))
-        out = [_child_variant(settings, exchange, "global", GLOBAL, _GLOBAL_HOW, {}, plain)] if settings.switches \
-            else []
-        for name in switches:
-            out.append(_child_variant(settings, exchange, "family", f"{name}=1",
-                                      f"the environment variable {name}=1, in a fresh process", {name: "1"}, plain))
-        for name in needed:
-            out.append(_child_variant(settings, exchange, "patched", f"{PATCHED} + {name}=1",
-                                      f"the patched step under {name}=1 (the ops with no rewrite), in a fresh "
-                                      f"process", {name: "1"}, plain))
+        (exchange / "start.json").write_text(json.dumps({"keys": sorted(step.snapshot.keys), "inputs": step.inputs}))
+        out = [_child_variant(settings, exchange, run, plain) for run in runs]
         if reference:
             # The weighted sum digests the same bits alike on every device (the fused op computes it too), so
             # the child's inputs can be checked against the parent's; farmhash runs only on a CPU.
             same = "farmhash" if step.fingerprinter == "farmhash" else "wsum"
-            v, m = _child_variant(dataclasses.replace(settings, fingerprint=same), exchange, "cpu", CPU_REFERENCE,
-                                  _CPU_HOW, {}, plain)
+            v, m = _child_variant(dataclasses.replace(settings, fingerprint=same), exchange,
+                                  _ChildRun("cpu", CPU_REFERENCE, _CPU_HOW, {}), plain)
             v.reference = True
             out.append((v, m))
     return out
@@ -252,24 +274,23 @@ def _children(settings: VerifySettings, step: _Step, plain, switches: list[str],
 _CPU_HOW = "the plain step on the CPU, in a fresh process: the numerical reference (not a remedy)"
 
 
-def _child_variant(settings, exchange: Path, variant: str, name: str, how: str, env: dict, plain) -> tuple:
+def _child_variant(settings, exchange: Path, run: _ChildRun, plain) -> tuple:
     from .execute import children
-    from .execute.variants import Measured
 
-    child = dataclasses.replace(settings, variant=variant, exchange=exchange, switches=False, cpu_reference="off",
-                                device="cpu" if variant == "cpu" else settings.device)
-    done = children.run(children.command_line("verify", child.to_argv()), {**os.environ, **env})
-    result = exchange / f"{variant}.json"
+    child = dataclasses.replace(settings, variant=run.variant, exchange=exchange, switches=False, cpu_reference="off",
+                                device="cpu" if run.variant == "cpu" else settings.device)
+    done = children.run(children.command_line("verify", child.to_argv()), {**os.environ, **run.env})
+    result = exchange / f"{run.variant}.json"
     if done.returncode != 0 or not result.is_file():
         last = (done.stderr.strip().splitlines() or [""])[-1]
-        return _configured(Variant(name=name, how=how, error=f"the child process failed (exit {done.returncode}): "
-                                                             f"{last}")), None
+        return _configured(Variant(name=run.name, how=run.how, error=f"the child process failed (exit "
+                                                                     f"{done.returncode}): {last}")), None
     got = json.loads(result.read_text())
-    arrays = np.load(exchange / f"{variant}.npz")
+    arrays = np.load(exchange / f"{run.variant}.npz")
     measured = Measured(results=got["results"], times=got["times"], timed=got["timed"],
                         first={n: arrays[f"arr_{i}"] for i, n in enumerate(got["names"])}, error=got["error"])
     result.unlink()
-    return _variant(name, how, measured, plain, comparable=got["comparable"]), measured
+    return _variant(run.name, run.how, measured, plain, comparable=got["comparable"]), measured
 
 
 def _child(settings: VerifySettings) -> int:

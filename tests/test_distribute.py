@@ -168,7 +168,7 @@ from opbisect.trace.trace import trace_step
 target = load_target(sys.argv[1])
 trace = trace_step(target, target.make_inputs())
 fused, _ = fingerprint.for_device("cpu", choice="fused")
-b = taps.instrumented_graph_def(trace, builder.tappable_tensors(trace)[0], fused)[0]
+b = taps.instrumented_graph_def(trace, fused, taps.Wanted(builder.tappable_tensors(trace)[0]))[0]
 nodes = [n for n in b.gd.node if n.op == "OpbisectFingerprint"]
 print(json.dumps([[n.device, sorted({b.nodes[i.split(":")[0]].device for i in n.input})] for n in nodes]))
 """

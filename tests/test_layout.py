@@ -77,12 +77,12 @@ def test_the_ir_and_the_record_import_nothing_above_them():
     assert ("opbisect.record.store", "opbisect.ir.graph") in graph.edges  # the walk saw these modules' imports
 
 
-DATA = {"words", "errors", "ir", "record", "settings"}
+DATA = {"words", "errors", "ir", "record", "settings", "digests"}
 GLUE = {"tfcompat", "targets", "trace", "capture", "kernels", "replay", "patches"}  # TensorFlow, the user's script
 # What each floor may import besides itself, bottom up: the data (ids, the op-type table, the record), the pure
 # decisions (analysis: no TensorFlow), the views (report), the TensorFlow glue, the execution, the commands.
 LAYERS = {
-    "words": set(), "errors": set(), "settings": {"errors"}, "ir": {"errors", "words"},
+    "words": set(), "errors": set(), "digests": set(), "settings": {"errors"}, "ir": {"errors", "words"},
     "record": {"errors", "ir", "words"},
     "analysis": DATA | {"patches"},  # patches.registry: which op types have a patch or a switch (a table)
     "report": DATA | {"analysis"},
@@ -113,10 +113,43 @@ def test_the_pure_floors_import_no_tensorflow():
     decision tested, without TensorFlow."""
     found = []
     for path in PACKAGE.rglob("*.py"):
-        if _floor(_module(path)) in ("analysis", "record", "ir", "report", "words", "errors", "settings"):
+        if _floor(_module(path)) in ("analysis", "record", "ir", "report", "words", "errors", "settings", "digests"):
             for node in ast.walk(ast.parse(path.read_text())):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                     [node.module or ""] if isinstance(node, ast.ImportFrom) else []
                 found += [(path.name, n) for n in names if n.split(".")[0] in ("tensorflow", "keras", "tf_keras")
                           or n.endswith("tfcompat")]
     assert found == []
+
+
+def _functions(path: Path):
+    """(name, lines, parameters) of every function in `path`; `self`/`cls` and `*`/`**` catch-alls count as one."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]
+            if params and params[0].arg in ("self", "cls"):
+                params = params[1:]
+            yield node.name, node.end_lineno - node.lineno + 1, len(params)
+
+
+def _oversized(package: Path, max_lines: int = 40, max_params: int = 6) -> list[str]:
+    return sorted(f"{path.relative_to(package.parent)}:{name} ({lines} lines, {params} parameters)"
+                  for path in package.rglob("*.py") for name, lines, params in _functions(path)
+                  if lines > max_lines or params > max_params)
+
+
+def test_functions_stay_short_with_few_parameters():
+    """A function a reader takes in at once: at most 40 lines (docstring included), at most 6 parameters; where
+    more are needed, a dataclass names what travels together."""
+    assert _oversized(PACKAGE) == []
+
+
+def test_a_long_function_and_a_wide_one_are_found(tmp_path):
+    package = tmp_path / "opbisect"
+    package.mkdir()
+    long_body = "".join(f"    x{i} = {i}\n" for i in range(41))
+    (package / "a.py").write_text(f"def long():\n{long_body}\n\ndef wide(self, a, b, c, d, e, f, g):\n    pass\n"
+                                  f"\n\nclass C:\n    def fine(self, a, b, c, d, e, f):\n        pass\n")
+    assert _oversized(package) == ["opbisect/a.py:long (42 lines, 0 parameters)",
+                                   "opbisect/a.py:wide (2 lines, 7 parameters)"]

@@ -124,7 +124,7 @@ def test_a_replay_and_its_reproducer_compare_only_the_outputs_with_a_defined_val
     values = {"c:0": np.array([[3], [7]], np.int64)}
 
     def reproduces() -> int:
-        for path, content in reproducer.files(call, values, {}, rank=1, script="s.py", runs=5, device="").items():
+        for path, content in reproducer.files(call, values, {}, reproducer.Heading(1, "s.py", 5, "")).items():
             (tmp_path / path).parent.mkdir(exist_ok=True)
             (tmp_path / path).write_bytes(content.encode() if isinstance(content, str) else content)
         return subprocess.run([sys.executable, str(tmp_path / "repro/1_LogUniformCandidateSampler.py")],

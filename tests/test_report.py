@@ -104,9 +104,12 @@ def test_html_page_shows_the_records_verdict_sources_and_one_drawing_per_source(
     assert by_id(root, "grappler").get("data-config") == record.facts.grappler.config
     assert by_id(root, "observer").get("data-effect") == record.facts.observer.effect
     assert by_id(root, "steps") is None  # one step: no plot
-    # Self-contained: no script, no stylesheet or image fetched, no link out.
+    # Self-contained: no script, no stylesheet or image fetched; links only to its sections and to the files of
+    # its own report folder (no scheme, no absolute path, nothing above the folder)
     assert not [e for e in root.iter() if e.tag in (f"{XHTML}script", f"{XHTML}link", f"{XHTML}img")]
-    assert not [v for e in root.iter() for k, v in e.attrib.items() if k.endswith("href") and not v.startswith("#")]
+    hrefs = [v for e in root.iter() for k, v in e.attrib.items() if k.endswith("href")]
+    assert "sources.csv" in hrefs and "#sources" in hrefs
+    assert not [v for v in hrefs if ":" in v or v.startswith("/") or ".." in v]
 
 
 def test_html_plots_the_differing_variables_per_step():
@@ -186,7 +189,10 @@ def test_html_renders_in_a_headless_browser(tmp_path):
                           capture_output=True, text=True, timeout=120)
     dom = done.stdout
     assert "<svg" in dom, done.stderr[-2000:]
-    assert dom.count("<svg") == len(record.sources) + 1  # each neighbourhood and the steps plot, as rendered
+    measured = [s for s in record.sources if s.max_abs_diff]
+    assert measured  # the magnitudes plot is drawn
+    # each neighbourhood, the steps plot and the magnitudes plot, as rendered
+    assert dom.count("<svg") == len(record.sources) + 2
     assert 'data-verdict="nondeterministic"' in dom
 
 

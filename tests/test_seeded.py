@@ -15,6 +15,7 @@ import tensorflow as tf
 from opbisect.execute.prepared import prepare
 from opbisect.execute.seeded import BY_CACHE, BY_STATE
 from opbisect.ir import optypes
+from opbisect.settings import TraceSettings
 from opbisect.targets.loader import importable
 
 from conftest import child_env, write_script
@@ -98,7 +99,7 @@ def test_the_restarted_step_draws_step_by_step_what_a_fresh_process_draws(tmp_pa
     fresh = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=child_env(), timeout=300)
     assert fresh.returncode == 0, fresh.stderr[-2000:]
     with importable(path):
-        prepared = prepare(path, "step", "inputs", "cpu", "auto")
+        prepared = prepare(TraceSettings(script=path, device="cpu"))
         snapshot, args = prepared.snapshot(), prepared.target.make_inputs()
         for _ in range(2):
             snapshot.restore()

@@ -76,7 +76,7 @@ def test_the_patched_step_computes_what_its_patch_says_in_the_body(tmp_path, con
     from opbisect.targets.loader import importable, load_target
 
     with importable(script):
-        target = load_target(script, "step", "inputs")
+        target = load_target(script)
         step = opbisect.deterministic(target.step, "RandomUniform")
         total = float(step(*target.make_inputs()))
     # v after iterations 0..3: 1, 2, 3, 4; iterations 2 and 3 take the noisy branch, now 0.5 * v
@@ -391,7 +391,7 @@ def test_deterministic_patches_an_xla_loop_body_and_keeps_its_numbers(tmp_path):
 
     script = write_script(tmp_path, "model_step", XLA_LOOP)
     with importable(script):
-        target = load_target(script, "step", "inputs")
+        target = load_target(script)
         args = target.make_inputs()
         table = target.module.table
         plain_total = target.step(*args).numpy()
@@ -412,7 +412,7 @@ def test_a_patched_loop_body_keeps_its_own_ops_and_runs_the_patch_inlined_not_as
 
     script = write_script(tmp_path, "model_step", XLA_LOOP.replace("jit_compile=True", "jit_compile=False"))
     with importable(script):
-        target = load_target(script, "step", "inputs")
+        target = load_target(script)
         step = opbisect.deterministic(target.step, "UnsortedSegmentSum")
         step(*target.make_inputs())
         patched_step = next(iter(step.steps.values()))
@@ -456,7 +456,7 @@ def test_a_patched_op_with_two_named_outputs_feeds_each_consumer_its_own_output(
 
     script = write_script(tmp_path, "model_step", XENT_LOOP)
     with importable(script):
-        target = load_target(script, "step", "inputs")
+        target = load_target(script)
         args, w = target.make_inputs(), target.module.w
         start = w.numpy()
         plain_total, plain_w = target.step(*args).numpy(), w.numpy()
@@ -496,7 +496,7 @@ def test_ops_of_a_call_inlined_in_a_loop_body_are_patched_in_the_body_traced_aga
 
     script = write_script(tmp_path, "model_step", NESTED_CALL_IN_LOOP)
     with importable(script):
-        target = load_target(script, "step", "inputs")
+        target = load_target(script)
         args = target.make_inputs()
         plain_total, plain_table = target.step(*args).numpy(), target.module.table.numpy()
         target.module.table.assign(tf.zeros([8, 4]))

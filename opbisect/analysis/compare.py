@@ -59,64 +59,81 @@ def compare(graph: OpGraph, taps: list[str], fps: list[list[int]], before: list[
     `results` names the tensors that make up the step's result (its outputs, the last write of each variable):
     a source whose differences reach one of them `affects_result`.
     """
-    per_tap = {t: [run[i] for run in fps] for i, t in enumerate(taps)}
-    differs = {t: distinct(v) > 1 for t, v in per_tap.items()}
-    keys = sorted({k for b in before for k in b})
-    initial_differs = {k: distinct(b.get(k) for b in before) > 1 for k in keys}
+    c = _Comparer(graph, {t: [run[i] for run in fps] for i, t in enumerate(taps)}, before)
+    c.derive_untapped()
+    sources = [s for s in (c.source(op) for op in graph.topo_order()) if s is not None]
+    c.reach(sources, results)
+    return Comparison(differs={t: c.differs[t] for t in taps}, initial_differs=c.initial_differs,
+                      sources=_by_op(graph, sources, c.differs))
 
-    def tensor_differs(tid: str) -> bool:
-        return differs.get(tid, False)
 
-    def reads_differing_state(op: str, var: str) -> bool:
+class _Comparer:
+    """Which tensors differ (`differs`: tapped ones by their fingerprints, the others derived), and each op's claim
+    to be a source."""
+
+    def __init__(self, graph: OpGraph, per_tap: dict[str, list], before: list[dict[str, int]]):
+        self.graph, self.per_tap, self.before = graph, per_tap, before
+        self.differs = {t: distinct(v) > 1 for t, v in per_tap.items()}
+        keys = sorted({k for b in before for k in b})
+        self.initial_differs = {k: distinct(b.get(k) for b in before) > 1 for k in keys}
+
+    def tensor_differs(self, tid: str) -> bool:
+        return self.differs.get(tid, False)
+
+    def reads_differing_state(self, op: str, var: str) -> bool:
         if var == OPAQUE_STATE:
             return False
-        writes = graph.prior_writes(op, var)
+        writes = self.graph.prior_writes(op, var)
         if writes:
             last = writes[-1]
-            return any(tensor_differs(graph.state(last, s)) for s, v in graph.written(last) if v == var)
-        return initial_differs.get(var, False)
+            return any(self.tensor_differs(self.graph.state(last, s)) for s, v in self.graph.written(last) if v == var)
+        return self.initial_differs.get(var, False)
 
-    # Untapped tensors (resources, strings, variants) differ when what produced them saw a difference: derived in
-    # topological order, so no recursion (a loop unrolled over many iterations chains thousands of them).
-    for op in graph.topo_order():
-        untapped = [t for t in graph.outputs(op) + graph.states(op) if t not in differs]
-        if untapped:
-            seen = any(tensor_differs(t) for t in graph.data_inputs(op)) or \
-                any(reads_differing_state(op, var) for _, var in graph.resources(op))
-            differs.update(dict.fromkeys(untapped, seen))
+    def derive_untapped(self) -> None:
+        """Untapped tensors (resources, strings, variants) differ when what produced them saw a difference: derived
+        in topological order, so no recursion (a loop unrolled over many iterations chains thousands of them)."""
+        g = self.graph
+        for op in g.topo_order():
+            untapped = [t for t in g.outputs(op) + g.states(op) if t not in self.differs]
+            if untapped:
+                seen = any(self.tensor_differs(t) for t in g.data_inputs(op)) or \
+                    any(self.reads_differing_state(op, var) for _, var in g.resources(op))
+                self.differs.update(dict.fromkeys(untapped, seen))
 
-    sources = []
-    for op in graph.topo_order():
-        produced = graph.outputs(op) + graph.states(op)
-        varying = [t for t in produced if t in per_tap and differs[t]]
+    def source(self, op: str) -> SourceOp | None:
+        """`op` as a source: a differing output while every input and every state it reads was identical."""
+        g, per_tap = self.graph, self.per_tap
+        produced = g.outputs(op) + g.states(op)
+        varying = [t for t in produced if t in per_tap and self.differs[t]]
         # A read or assignment left untapped (under XLA) differs only through what it reads: a source if that is
         # state that differed before the step, as its tapped outputs would have shown.
-        derived = not varying and _untapped_state_op(graph, op, produced, per_tap)
+        derived = not varying and _untapped_state_op(g, op, produced, per_tap)
         if derived:
-            varying = [t for t in produced if differs[t]]
-        if not varying or graph.attrs(op).get("role", "").startswith("region_arg"):
-            continue  # a body's argument is what feeds it: never a source
+            varying = [t for t in produced if self.differs[t]]
+        if not varying or g.attrs(op).get("role", "").startswith("region_arg"):
+            return None  # a body's argument is what feeds it: never a source
         if any(v is None for t in varying for v in per_tap.get(t, ())):
-            continue  # ran in some runs only: the loop's trip count or the branch taken differs (upstream)
-        if any(tensor_differs(t) for t in graph.data_inputs(op)):
-            continue
-        resources = graph.resources(op)
-        stale = [var for _, var in resources if not graph.prior_writes(op, var) and initial_differs.get(var, False)]
-        if any(reads_differing_state(op, var) for _, var in resources if var not in stale) or (derived and not stale):
-            continue
-        kind = _kind(graph, op, varying, stale)
-        values = [tuple(before[r].get(v) for v in stale) if derived else tuple(per_tap[t][r] for t in varying)
-                  for r in range(len(fps))]
-        sources.append(SourceOp(op=op, kind=kind, tensors=varying, runs_differing=runs_off_mode(values),
-                              distinct_values=distinct(values), downstream_differing=0))
-    result_ops = {op_of(t) for t in results if differs.get(t, False)}
-    for s in sources:
-        after = graph.downstream(s.op)
-        s.downstream_differing = sum(
-            1 for d in after if any(differs.get(t, False) for t in graph.outputs(d) + graph.states(d)))
-        s.affects_result = any(op in result_ops for op in after | {s.op})
-    return Comparison(differs={t: differs[t] for t in taps}, initial_differs=initial_differs,
-                      sources=_by_op(graph, sources, differs))
+            return None  # ran in some runs only: the loop's trip count or the branch taken differs (upstream)
+        if any(self.tensor_differs(t) for t in g.data_inputs(op)):
+            return None
+        resources = g.resources(op)
+        stale = [var for _, var in resources if not g.prior_writes(op, var) and self.initial_differs.get(var, False)]
+        if any(self.reads_differing_state(op, var) for _, var in resources if var not in stale) or \
+                (derived and not stale):
+            return None
+        values = [tuple(self.before[r].get(v) for v in stale) if derived else tuple(per_tap[t][r] for t in varying)
+                  for r in range(len(self.before))]
+        return SourceOp(op=op, kind=_kind(g, op, varying, stale), tensors=varying, runs_differing=runs_off_mode(values),
+                        distinct_values=distinct(values), downstream_differing=0)
+
+    def reach(self, sources: list[SourceOp], results: list[str]) -> None:
+        """How many ops after each source differ, and whether the difference reaches the step's result."""
+        result_ops = {op_of(t) for t in results if self.differs.get(t, False)}
+        for s in sources:
+            after = self.graph.downstream(s.op)
+            s.downstream_differing = sum(1 for d in after if any(self.differs.get(t, False)
+                                                                 for t in self.graph.outputs(d) + self.graph.states(d)))
+            s.affects_result = any(op in result_ops for op in after | {s.op})
 
 
 def _by_op(graph: OpGraph, sources: list[SourceOp], differs: dict[str, bool]) -> list[SourceOp]:

@@ -22,7 +22,7 @@ from ..record.model import CrossProcess, Finding, Record, Source, Trajectory
 from ..words import listed
 from .align import Alignment, align
 from .compare import compare
-from .sources import source_row
+from .sources import Seen, source_row
 
 
 def _first_runs_differ(trajectories: list[Trajectory], step: int) -> list[str] | None:
@@ -111,15 +111,14 @@ def cross_process(records: list[Record], seeds: list[str]) -> tuple[CrossProcess
             if s.op in in_process or s.op in seen:
                 continue
             seen.add(s.op)
-            row = source_row(graph, s, kind="order" if s.op in reordered else s.kind, first_step=k,
-                             seen_across="processes", runs=len(records))
+            row = source_row(graph, s, Seen(k, "processes", len(records)),
+                             kind="order" if s.op in reordered else s.kind)
             if row.kind == "state" and k == 1:
                 row = dataclasses.replace(row, known_remedy=KIND_REMEDIES["initial"])
             rows.append(row)
     for op in reordered:
         if op not in seen:  # reordered, though the sum came out the same here
-            rows.append(source_row(graph, None, op=op, kind="order", first_step=1, seen_across="processes",
-                                   runs=len(records)))
+            rows.append(source_row(graph, None, Seen(1, "processes", len(records)), op=op, kind="order"))
     info = CrossProcess(processes=len(records), hash_seeds=seeds, first_differing_step=first,
                         pinned_first_differing_step=pinned_first,
                         differing_variables=[len(d or []) for d in differing], compared_steps=comparable,

@@ -21,6 +21,7 @@ import math
 from ..errors import EXIT_CLEAN, EXIT_FOUND
 from ..record.model import (
     CrossProcess,
+    Facts,
     FitReplay,
     GrapplerChoice,
     InstrumentedRuns,
@@ -146,6 +147,36 @@ def with_fresh_processes(verdict: Verdict, clause: str) -> Verdict:
         return verdict
     return Verdict(nondeterministic=True, exit_code=EXIT_FOUND, evidence=[*verdict.evidence, clause],
                    rate_bound=None)
+
+
+@dataclasses.dataclass
+class Observed:
+    """What the experiment's passes saw (execute/experiment.py): everything its decisions are made from."""
+
+    runs: int  # the runs of each pass (--max-runs where it looked harder)
+    default: Trajectory  # the uninstrumented step, the user's grappler config
+    fit: Trajectory | None  # model.fit itself (the fit form)
+    pinned: Trajectory | None  # the uninstrumented step, grappler pinned (None where it was not needed)
+    choice: GrapplerChoice
+    instrumented: InstrumentedRuns  # step 1 with its tensors fingerprinted
+    first: Verdict  # the verdict of the first runs, before looking harder
+
+    @property
+    def baseline(self) -> Trajectory:
+        """The plain pass the analysis is compared with: the pinned one where the analysis ran pinned."""
+        return self.pinned if self.pinned is not None and self.choice.config == "pinned" else self.default
+
+
+def decide(seen: Observed, left_out: list[str], mirrored: list[list[str]]) -> Facts:
+    """Every decision of the experiment, once: the verdict (the first runs' where looking harder missed what they
+    had seen), the grappler choice, the observer effect, the fit replay check (`left_out`: the metric variables and
+    the restarted random ops' state) and the replicas' divergence (`mirrored`: each mirrored variable's copies)."""
+    found = verdict(seen.default, seen.fit, None)
+    if seen.first.nondeterministic and not found.nondeterministic:
+        found = kept_from_first_runs(seen.first, seen.runs)
+    return Facts(verdict=found, grappler=seen.choice, observer=observer_effect(seen.baseline.at(1), seen.instrumented),
+                 fit_replay=fit_replay(seen.fit, seen.default, left_out) if seen.fit else None,
+                 replica_divergence=replica_divergence(seen.default, mirrored))
 
 
 def kept_from_first_runs(first: Verdict, runs: int) -> Verdict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import re
 
@@ -14,30 +15,44 @@ from ..record.model import Finding, Magnitude, Replay, Source
 from .compare import SourceOp
 
 
-def source_row(graph: OpGraph, found: SourceOp | None, *, op: str | None = None, kind: str | None = None,
-               first_step: int, seen_across: str, runs: int, magnitude: Magnitude | None = None,
-               observer_effect: bool = False, replay: Replay | None = None) -> Source:
+@dataclasses.dataclass(frozen=True)
+class Seen:
+    """Where a source was first named: the step, across what ("runs" or "processes"), and over how many."""
+
+    first_step: int
+    across: str
+    runs: int
+
+
+def source_row(graph: OpGraph, found: SourceOp | None, seen: Seen, *, op: str | None = None,
+               kind: str | None = None) -> Source:
     """A row for `found` (or for `op` where nothing was compared: a reorder that changed no value)."""
     op = found.op if found else op
     kind = kind or found.kind
     op_type = graph.op_type(op)
     return Source(
-        rank=0, op_name=op, op_type=op_type, kind=kind, first_step=first_step, seen_across=seen_across,
+        rank=0, op_name=op, op_type=op_type, kind=kind, first_step=seen.first_step, seen_across=seen.across,
         region=graph.region_of(op), iteration=found.iteration if found else None,
-        runs_differing=found.runs_differing if found else 0, runs=runs,
+        runs_differing=found.runs_differing if found else 0, runs=seen.runs,
         distinct_values=found.distinct_values if found else 1,
         downstream_differing=found.downstream_differing if found else 0,
         affects_result=bool(found and found.affects_result),
-        max_abs_diff=magnitude.max_abs_diff if magnitude else None,
-        max_ulp_diff=magnitude.max_ulp_diff if magnitude else None,
-        frac_elements_differing=magnitude.frac_elements_differing if magnitude else None,
+        max_abs_diff=None, max_ulp_diff=None, frac_elements_differing=None, observer_effect=False,
         source_location=graph.site(op) or graph.attrs(op).get("library_site", ""),
-        known_remedy=remedy(op_type, kind), observer_effect=observer_effect,
-        position=graph.position[op], tensors=list(found.tensors) if found else [],
-        replay_distinct=replay.distinct if replay and replay.runs else None,
-        replay_runs=replay.runs if replay and replay.runs else None, replay_note=replay.note if replay else "",
+        known_remedy=remedy(op_type, kind), position=graph.position[op],
+        tensors=list(found.tensors) if found else [],
         replica=replica_of(graph, op), device=device_of(graph, op),
     )
+
+
+def with_evidence(row: Source, magnitude: Magnitude | None, replay: Replay | None) -> Source:
+    """`row` with what the magnitude pass measured and what its reproducer showed when replayed alone."""
+    return dataclasses.replace(
+        row, max_abs_diff=magnitude.max_abs_diff if magnitude else None,
+        max_ulp_diff=magnitude.max_ulp_diff if magnitude else None,
+        frac_elements_differing=magnitude.frac_elements_differing if magnitude else None,
+        replay_distinct=replay.distinct if replay and replay.runs else None,
+        replay_runs=replay.runs if replay and replay.runs else None, replay_note=replay.note if replay else "")
 
 
 _REPLICA = re.compile(r"(?:^|/)replica_(\d+)/")
@@ -93,10 +108,9 @@ def in_process_rows(graph: OpGraph, per_step: list[tuple[int, list[SourceOp], di
         for s in found:
             if s.op not in seen:
                 seen.add(s.op)
-                rows.append(source_row(graph, s, first_step=step, seen_across="runs", runs=runs,
-                                       magnitude=magnitudes.get(s.op),
-                                       observer_effect=s.affects_result and not plain_varies,
-                                       replay=replays.get(s.op)))
+                row = source_row(graph, s, Seen(step, "runs", runs))
+                row = dataclasses.replace(row, observer_effect=s.affects_result and not plain_varies)
+                rows.append(with_evidence(row, magnitudes.get(s.op), replays.get(s.op)))
     return rows
 
 

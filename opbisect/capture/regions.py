@@ -22,6 +22,9 @@ capture nodes added) and put in the step's function library; no Python name is p
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from ..ir.ids import TensorRef
 from .builder import PREFIX, GraphDefBuilder, digest_vector, tap_specs, tappable_tensors
 from .importer import graph_importer
@@ -73,64 +76,103 @@ def _append(matrix, row, rows: int | None):
     return tf.tensor_scatter_nd_update(matrix, [[0, 0]], tf.reshape(ran + 1, [1])), ran
 
 
-def rewrite_control_flow(b: GraphDefBuilder, trace, scope: str, fingerprinter, index: str,
-                         matrices: dict[str, str], values=None) -> dict[str, str]:
-    """Rewire every entered loop and branch op of `scope` (whose GraphDef `b` holds). `index` is the spec of the
-    current execution's index of `scope`, `matrices` the specs of the matrices of the bodies nested in it (as they
-    come in), and of the slots of their values where `values` (capture.values.BodyValues, or None: the values the
-    bodies hand over) threads them. Returns the specs of those matrices and slots as they come out of the ops."""
-    import tensorflow as tf
-    from tensorflow.core.framework import tensor_shape_pb2
+@dataclasses.dataclass
+class Rebuild:
+    """What rebuilding the entered bodies of one scope shares: the GraphDef's builder, the trace, the fingerprinter,
+    and the values the bodies hand over (capture.values.BodyValues; None: none)."""
 
-    graph = trace.graph
+    b: GraphDefBuilder
+    trace: Any
+    fingerprinter: Any
+    values: Any = None
+
+    def nested(self, b: GraphDefBuilder) -> "Rebuild":
+        return dataclasses.replace(self, b=b)
+
+
+@dataclasses.dataclass
+class _Carried:
+    """What a loop or branch op's bodies carry besides their own values: the digest matrices of the bodies they
+    report (`report`, with their shapes) and the threaded values' slots."""
+
+    report: list[str]
+    shapes_of: dict
+    slots: list[str]
+
+
+def rewrite_control_flow(ctx: Rebuild, scope: str, index: str, matrices: dict[str, str]) -> dict[str, str]:
+    """Rewire every entered loop and branch op of `scope` (whose GraphDef `ctx.b` holds). `index` is the spec of the
+    current execution's index of `scope`, `matrices` the specs of the matrices of the bodies nested in it (as they
+    come in), and of the slots of their values where `ctx.values` threads them. Returns the specs of those matrices
+    and slots as they come out of the ops."""
     by_op: dict[str, list] = {}
-    for region in trace.regions.values():
+    for region in ctx.trace.regions.values():
         if region.parent == scope:
             by_op.setdefault(region.op, []).append(region)
     out = {}
     for op_name, bodies in by_op.items():
-        report = [r for body in bodies for r in graph.subregions(body.id)]
-        slots = values.slots(report) if values is not None else []
-        shapes_of = {r: shape(trace, r) for r in report}
-        node = b.nodes[op_name]
-        if values is not None and not values.threaded:
-            # A pass with host callbacks runs without XLA, but a step traced for XLA leaves its loops and branches
-            # functional (no `_lower_using_switch_merge`): each body then runs as one function on the op's device,
-            # and on a GPU the callback inside it has no kernel (NotFoundError on the H200). Lowered, each node of
-            # the body is placed on its own, the callback on the CPU, as in a step traced without XLA.
-            node.attr["_lower_using_switch_merge"].b = True
-        loop = "body" in node.attr
-        n0 = len(node.attr["T" if loop else "Tout"].list.type)
-        for body in bodies:
-            name = _body_function(b, trace, body, report, shapes_of, fingerprinter, loop, values)
-            if body.suffix.startswith("branch") and node.attr["branches"].list.func:
-                node.attr["branches"].list.func[int(body.suffix[len("branch"):])].name = name
-            else:
-                node.attr[body.suffix].func.name = name
-        int64, slot_types = tf.int64.as_datatype_enum, _dtypes(values, graph, slots)
-        if loop:
-            node.attr["cond"].func.name = _cond_function(b, trace, bodies[0], report, shapes_of, slots, values)
-            node.attr["T"].list.type.extend([int64] * (1 + len(report)) + slot_types)
-        else:
-            node.attr["Tin"].list.type.extend([int64] * (1 + len(report)) + slot_types)
-            node.attr["Tout"].list.type.extend([int64] * len(report) + slot_types)
-        data = [i for i in node.input if not i.startswith("^")]
-        control = [i for i in node.input if i.startswith("^")]
-        del node.input[:]
-        node.input.extend(data + [index] + [matrices[k] for k in report + slots] + control)
-        shapes = node.attr["output_shapes"].list.shape if "output_shapes" in node.attr else None
-        if shapes is not None and len(shapes) == n0:
-            if loop:
-                shapes.add()  # the index: a scalar
-            for r in report:
-                proto = tensor_shape_pb2.TensorShapeProto()
-                for size in shapes_of[r]:
-                    proto.dim.add(size=size)
-                shapes.append(proto)
-            shapes.extend(tensor_shape_pb2.TensorShapeProto(unknown_rank=True) for _ in slots)
-        first = n0 + (1 if loop else 0)
-        out.update({k: f"{op_name}:{first + j}" for j, k in enumerate(report + slots)})
+        out.update(_rewire(ctx, op_name, bodies, index, matrices))
     return out
+
+
+def _rewire(ctx: Rebuild, op_name: str, bodies: list, index: str, matrices: dict[str, str]) -> dict[str, str]:
+    """One loop or branch op: its bodies rebuilt, its signature, inputs and shapes extended by what they carry."""
+    report = [r for body in bodies for r in ctx.trace.graph.subregions(body.id)]
+    carried = _Carried(report, {r: shape(ctx.trace, r) for r in report},
+                       ctx.values.slots(report) if ctx.values is not None else [])
+    node = ctx.b.nodes[op_name]
+    if ctx.values is not None and not ctx.values.threaded:
+        # A pass with host callbacks runs without XLA, but a step traced for XLA leaves its loops and branches
+        # functional (no `_lower_using_switch_merge`): each body then runs as one function on the op's device,
+        # and on a GPU the callback inside it has no kernel (NotFoundError on the H200). Lowered, each node of
+        # the body is placed on its own, the callback on the CPU, as in a step traced without XLA.
+        node.attr["_lower_using_switch_merge"].b = True
+    loop = "body" in node.attr
+    n0 = len(node.attr["T" if loop else "Tout"].list.type)
+    for body in bodies:
+        name = _BodyRebuild(ctx, body, carried, loop).function()
+        if body.suffix.startswith("branch") and node.attr["branches"].list.func:
+            node.attr["branches"].list.func[int(body.suffix[len("branch"):])].name = name
+        else:
+            node.attr[body.suffix].func.name = name
+    _extend_types(ctx, node, loop, carried, bodies[0])
+    data = [i for i in node.input if not i.startswith("^")]
+    control = [i for i in node.input if i.startswith("^")]
+    del node.input[:]
+    node.input.extend(data + [index] + [matrices[k] for k in carried.report + carried.slots] + control)
+    _extend_shapes(node, n0, loop, carried)
+    first = n0 + (1 if loop else 0)
+    return {k: f"{op_name}:{first + j}" for j, k in enumerate(carried.report + carried.slots)}
+
+
+def _extend_types(ctx: Rebuild, node, loop: bool, carried: _Carried, body) -> None:
+    """The op's types gain the index, the matrices and the slots (a loop's condition takes them too)."""
+    import tensorflow as tf
+
+    int64, slot_types = tf.int64.as_datatype_enum, _dtypes(ctx.values, ctx.trace.graph, carried.slots)
+    if loop:
+        node.attr["cond"].func.name = _cond_function(ctx, body, carried)
+        node.attr["T"].list.type.extend([int64] * (1 + len(carried.report)) + slot_types)
+    else:
+        node.attr["Tin"].list.type.extend([int64] * (1 + len(carried.report)) + slot_types)
+        node.attr["Tout"].list.type.extend([int64] * len(carried.report) + slot_types)
+
+
+def _extend_shapes(node, n0: int, loop: bool, carried: _Carried) -> None:
+    """Where the op states its outputs' shapes: those of the index, the matrices and the slots too."""
+    from tensorflow.core.framework import tensor_shape_pb2
+
+    shapes = node.attr["output_shapes"].list.shape if "output_shapes" in node.attr else None
+    if shapes is None or len(shapes) != n0:
+        return
+    if loop:
+        shapes.add()  # the index: a scalar
+    for r in carried.report:
+        proto = tensor_shape_pb2.TensorShapeProto()
+        for size in carried.shapes_of[r]:
+            proto.dim.add(size=size)
+        shapes.append(proto)
+    shapes.extend(tensor_shape_pb2.TensorShapeProto(unknown_rank=True) for _ in carried.slots)
 
 
 def slot_zeros(b: GraphDefBuilder, trace, values, names: dict[str, str]) -> None:
@@ -184,69 +226,79 @@ def empty_matrices(b: GraphDefBuilder, trace) -> tuple[str, dict[str, str]]:
     return f"{INDEX}:0", specs
 
 
-def _signature(trace, region, report: list[str], shapes_of: dict, slots: list[str], values) -> list:
+def _signature(ctx: Rebuild, region, carried: _Carried) -> list:
     import tensorflow as tf
 
     return ([tf.TensorSpec(s, dtype) for dtype, s in region.arg_specs] + [tf.TensorSpec([], tf.int64)]
-            + [tf.TensorSpec([None if n < 0 else n for n in shapes_of[r]], tf.int64) for r in report]
-            + [tf.TensorSpec(None, dtype) for dtype in _dtypes(values, trace.graph, slots, enum=False)])
+            + [tf.TensorSpec([None if n < 0 else n for n in carried.shapes_of[r]], tf.int64) for r in carried.report]
+            + [tf.TensorSpec(None, dtype) for dtype in _dtypes(ctx.values, ctx.trace.graph, carried.slots,
+                                                               enum=False)])
 
 
-def _body_function(b: GraphDefBuilder, trace, region, report: list[str], shapes_of: dict, fingerprinter,
-                   loop: bool, values=None) -> str:
-    """Trace the rebuilt body of `region`; its FunctionDef (and those it calls) go in b's library. Its name."""
-    import numpy as np
-    import tensorflow as tf
+class _BodyRebuild:
+    """The rebuilt body of `region`: its own taps digested into a row of its matrix each execution, the bodies nested
+    in it rewired (rewrite_control_flow), its values handed over; traced, its FunctionDef (and those it calls) go
+    in the library of `ctx.b` (`function()`, its name)."""
 
-    graph = trace.graph
-    taps = tappable_tensors(trace, region.id)[0]
-    rb = GraphDefBuilder(region.graph_def)
-    spec = tap_specs(rb, graph, region.id, taps)
-    fps, layout = digest_vector(rb, graph, [(spec(t), graph.dtype(t)) for t in taps], fingerprinter)
-    inner = graph.subregions(region.id)[1:]  # the bodies nested in this one
-    slots = values.slots(report) if values is not None else []  # threaded values: carried after the matrices
-    through = inner + (values.slots(inner) if values is not None else [])  # what the nested ops carry
-    ours = {INDEX: INDEX, **{k: f"{PREFIX}/in/{j}" for j, k in enumerate(through)}}
-    for k, name in ours.items():
-        rb.add(name, "Placeholder", dtype=tf.int64 if k == INDEX or k in inner else _dtypes(values, graph, [k])[0])
-    nested = rewrite_control_flow(rb, trace, region.id, fingerprinter, f"{ours[INDEX]}:0",
-                                  {k: f"{ours[k]}:0" for k in through}, values)
-    taken = values.tensors(region.id) if values is not None else []
-    fixed = [_variable_shape(trace, t) for t in taken]
-    wanted = list(region.output_names) + [fps] + [nested[k] for k in through] + [spec(t) for t in taken]
-    run = graph_importer(rb.gd, list(region.arg_names) + list(ours.values()), wanted, "body")
-    order = None if layout is None else np.argsort(np.asarray(layout))  # vector position of each tap
-    n_args, n_out = len(region.arg_names), len(region.output_names)
-    rows, cols = capacity(trace, region.id), shapes_of[region.id][1]
+    def __init__(self, ctx: Rebuild, region, carried: _Carried, loop: bool):
+        import numpy as np
+        import tensorflow as tf
 
-    def body(*args):
-        rb.register(tf.compat.v1.get_default_graph())
-        tick, came = args[n_args], dict(zip(report + slots, args[n_args + 1:]))
-        index = tf.shape(came[region.id], out_type=tf.int64)[0] if rows is None else came[region.id][0, 0]
+        self.ctx, self.region, self.carried, self.loop = ctx, region, carried, loop
+        graph, values = ctx.trace.graph, ctx.values
+        taps = tappable_tensors(ctx.trace, region.id)[0]
+        self.rb = rb = GraphDefBuilder(region.graph_def)
+        spec = tap_specs(rb, graph, region.id, taps)
+        fps, layout = digest_vector(rb, graph, [(spec(t), graph.dtype(t)) for t in taps], ctx.fingerprinter)
+        inner = graph.subregions(region.id)[1:]  # the bodies nested in this one
+        self.through = inner + (values.slots(inner) if values is not None else [])  # what the nested ops carry
+        self.ours = {INDEX: INDEX, **{k: f"{PREFIX}/in/{j}" for j, k in enumerate(self.through)}}
+        for k, name in self.ours.items():
+            rb.add(name, "Placeholder", dtype=tf.int64 if k == INDEX or k in inner else _dtypes(values, graph, [k])[0])
+        nested = rewrite_control_flow(ctx.nested(rb), region.id, f"{self.ours[INDEX]}:0",
+                                      {k: f"{self.ours[k]}:0" for k in self.through})
+        self.taken = values.tensors(region.id) if values is not None else []
+        self.fixed = [_variable_shape(ctx.trace, t) for t in self.taken]
+        wanted = list(region.output_names) + [fps] + [nested[k] for k in self.through] + [spec(t) for t in self.taken]
+        self.run = graph_importer(rb.gd, list(region.arg_names) + list(self.ours.values()), wanted, "body")
+        self.order = None if layout is None else np.argsort(np.asarray(layout))  # vector position of each tap
+        self.rows, self.cols = capacity(ctx.trace, region.id), carried.shapes_of[region.id][1]
+
+    def __call__(self, *args):
+        import tensorflow as tf
+
+        region, carried, values = self.region, self.carried, self.ctx.values
+        self.rb.register(tf.compat.v1.get_default_graph())
+        n_args, n_out = len(region.arg_names), len(region.output_names)
+        tick, came = args[n_args], dict(zip(carried.report + carried.slots, args[n_args + 1:]))
+        index = tf.shape(came[region.id], out_type=tf.int64)[0] if self.rows is None else came[region.id][0, 0]
         feeds = {f"{a}:0": x for a, x in zip(region.arg_names, args)}
-        feeds[f"{ours[INDEX]}:0"] = index
-        feeds.update({f"{ours[k]}:0": came[k] for k in through})
-        got = run(feeds)
-        gone = dict(zip(through, got[n_out + 1:n_out + 1 + len(through)]))
-        mine = got[n_out + 1 + len(through):]  # the tensors `taken`
-        if taken and values.threaded:
-            mine = [x if shape is None else tf.ensure_shape(x, shape) for x, shape in zip(mine, fixed)]
+        feeds[f"{self.ours[INDEX]}:0"] = index
+        feeds.update({f"{self.ours[k]}:0": came[k] for k in self.through})
+        got = self.run(feeds)
+        gone = dict(zip(self.through, got[n_out + 1:n_out + 1 + len(self.through)]))
+        mine = got[n_out + 1 + len(self.through):]  # the tensors `taken`
+        if self.taken and values.threaded:
+            mine = [x if fixed is None else tf.ensure_shape(x, fixed) for x, fixed in zip(mine, self.fixed)]
             gone.update(values.fill(region.id, index, mine, came))
-        elif taken:
+        elif self.taken:
             values.take(region.id, index, mine)
-        digests = got[n_out] if order is None else tf.gather(got[n_out], order)
-        row = tf.concat([tf.reshape(tick, [1, 1]), tf.reshape(digests, [1, cols - 1])], 1)
-        gone[region.id] = _append(came[region.id], row, rows)[0]
-        carried = [tick] if loop else []
-        return [tf.identity(v) for v in got[:n_out]] + carried + [gone.get(k, came[k]) for k in report + slots]
+        digests = got[n_out] if self.order is None else tf.gather(got[n_out], self.order)
+        row = tf.concat([tf.reshape(tick, [1, 1]), tf.reshape(digests, [1, self.cols - 1])], 1)
+        gone[region.id] = _append(came[region.id], row, self.rows)[0]
+        carried_tick = [tick] if self.loop else []
+        return ([tf.identity(v) for v in got[:n_out]] + carried_tick
+                + [gone.get(k, came[k]) for k in carried.report + carried.slots])
 
-    fn = tf.function(body, input_signature=_signature(trace, region, report, shapes_of, slots, values), autograph=False)
-    b.functions.extend(rb.functions)
-    return _into_library(b, fn.get_concrete_function())
+    def function(self) -> str:
+        import tensorflow as tf
+
+        fn = tf.function(self, input_signature=_signature(self.ctx, self.region, self.carried), autograph=False)
+        self.ctx.b.functions.extend(self.rb.functions)
+        return _into_library(self.ctx.b, fn.get_concrete_function())
 
 
-def _cond_function(b: GraphDefBuilder, trace, region, report: list[str], shapes_of: dict, slots: list[str],
-                   values) -> str:
+def _cond_function(ctx: Rebuild, region, carried: _Carried) -> str:
     """The loop's condition, taking (and ignoring) the extra loop variables."""
     import tensorflow as tf
 
@@ -257,8 +309,8 @@ def _cond_function(b: GraphDefBuilder, trace, region, report: list[str], shapes_
     def fn(*args):
         return tf.identity(run({f"{n}:0": x for n, x in zip(names, args)})[0])
 
-    sig = _signature(trace, region, report, shapes_of, slots, values)
-    return _into_library(b, tf.function(fn, input_signature=sig, autograph=False).get_concrete_function())
+    sig = _signature(ctx, region, carried)
+    return _into_library(ctx.b, tf.function(fn, input_signature=sig, autograph=False).get_concrete_function())
 
 
 def _into_library(b: GraphDefBuilder, concrete) -> str:

@@ -25,7 +25,7 @@ from ..trace.trace import Trace
 from .builder import PREFIX, GraphDefBuilder, digest_vector, tap_specs, tappable_tensors
 from .fingerprint import Fingerprinter
 from .importer import UNOPTIMIZED, step_importer
-from .regions import empty_matrices, read_rows, rewrite_control_flow, slot_zeros
+from .regions import Rebuild, empty_matrices, read_rows, rewrite_control_flow, slot_zeros
 
 
 @dataclasses.dataclass
@@ -83,25 +83,36 @@ class Instrumented:
         return taps, rows
 
 
-def instrumented_graph_def(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: list[str] = (),
-                           descend: bool = True, grouped: bool = False, values=None):
-    """(the builder holding the GraphDef, fingerprint vector spec, specs of the `full` tensors, layout of the vector
-    or None, {region: spec of its digest matrix, then threaded slot: spec of its value}). `descend`: rebuild the
-    entered loop and branch bodies with taps of their own. `grouped`: no digest nodes for the top level's taps;
-    the specs of the tapped tensors themselves stand for the vector, for `fingerprinter.many` to digest after the
+@dataclasses.dataclass
+class Wanted:
+    """What an instrumented step hands back. `taps`: fingerprinted; `full`: whole values. `descend`: rebuild the
+    entered loop and branch bodies with taps of their own. `grouped`: no digest nodes for the top level's taps; the
+    specs of the tapped tensors themselves stand for the vector, for `fingerprinter.many` to digest after the
     import. `values`: tensors the bodies hand over (capture.values)."""
+
+    taps: list
+    full: list = ()
+    descend: bool = True
+    grouped: bool = False
+    values: object = None
+
+
+def instrumented_graph_def(trace: Trace, fingerprinter: Fingerprinter, wanted: Wanted):
+    """(the builder holding the GraphDef, fingerprint vector spec, specs of the `full` tensors, layout of the vector
+    or None, {region: spec of its digest matrix, then threaded slot: spec of its value})."""
+    taps, full, values = wanted.taps, wanted.full, wanted.values
     graph = trace.graph
     b = GraphDefBuilder(trace.graph_def)
     spec = tap_specs(b, graph, "", taps)
     specs = [(spec(t), graph.dtype(t)) for t in taps]
-    fps, layout = ([s for s, _ in specs], None) if grouped else digest_vector(b, graph, specs, fingerprinter)
-    if not descend:
+    fps, layout = ([s for s, _ in specs], None) if wanted.grouped else digest_vector(b, graph, specs, fingerprinter)
+    if not wanted.descend:
         return b, fps, [spec(t) for t in full], layout, {}
     index, matrices = empty_matrices(b, trace)
     threaded = values.slots(list(trace.regions)) if values is not None else []
     slots = {s: f"{PREFIX}/slot/{j}" for j, s in enumerate(threaded)}
-    regions = rewrite_control_flow(b, trace, "", fingerprinter, index,
-                                   {**matrices, **{s: f"{name}:0" for s, name in slots.items()}}, values)
+    regions = rewrite_control_flow(Rebuild(b, trace, fingerprinter, values), "", index,
+                                   {**matrices, **{s: f"{name}:0" for s, name in slots.items()}})
     slot_zeros(b, trace, values, slots)  # now that the bodies are traced: their shapes are known
     return b, fps, [spec(t) for t in full], layout, regions
 
@@ -117,8 +128,8 @@ def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: lis
     # Under XLA the weighted sums are made after the import, grouped by size (`many`): a digest node per tap
     # compiles a reduction per tap (2000 taps of a small BERT-like step: most of the op analysis on a CPU).
     grouped = jit and not fingerprinter.fused
-    b, fps_spec, full_specs, layout, region_specs = instrumented_graph_def(trace, taps, fingerprinter, full, descend,
-                                                                           grouped, values)
+    b, fps_spec, full_specs, layout, region_specs = instrumented_graph_def(
+        trace, fingerprinter, Wanted(taps, full, descend, grouped, values))
     regions = [k for k in region_specs if k in trace.regions]  # the rest: the slots of threaded values
     slots = [k for k in region_specs if k not in trace.regions]
     tapped = fps_spec if grouped else [fps_spec]

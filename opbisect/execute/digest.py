@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import hashlib
 
+from ..digests import value_bytes
+
 SIZE = 8  # bytes: 16 hex digits
 
 
 def value_digest(value) -> str:
-    import numpy as np
-
-    array = np.asarray(value)
-    h = hashlib.blake2b(digest_size=SIZE)
-    h.update(f"{array.dtype.str}{array.shape}".encode())
-    h.update(np.ascontiguousarray(array).tobytes())
-    return h.hexdigest()
+    return hashlib.blake2b(value_bytes(value), digest_size=SIZE).hexdigest()
 
 
 def per_variable(variables: list) -> dict[str, str]:

@@ -152,9 +152,8 @@ def probe(settings) -> int:
     creation = Creation(settings.script)
     with importable(settings.script):
         tensorflow = TensorFlowSetup(settings.device)
-        target = load_target(settings.script, settings.step_name, settings.inputs_name, settings.script_args,
-                             settings.at, settings.steps, tensorflow.watching(), *seeded(settings.seed),
-                             pinned(pins, SEED), creation.recording())
+        target = load_target(settings.script, tensorflow.watching(), *seeded(settings.seed), pinned(pins, SEED),
+                             creation.recording(), options=settings)
         tensorflow.started()
         concrete = concrete_function(target, target.make_inputs())
         variables, _ = captured_variables(concrete)

@@ -74,10 +74,8 @@ class AnalysisPass:
     agree: Any
 
     def run(self, runs: int, options: dict | None = None, differing_batches: list[int] = ()):
-        from .steps import analyse_steps
+        from .steps import StepAnalyser
 
-        done = analyse_steps(self.bench.runner, self.trace, self.bench.feeder, self.bench.start, self.instrumented,
-                             self.fingerprinter, runs, self.magnitude_runs or runs, options, self.results,
-                             differing_batches, self.replay_runs, self.device, self.agree)
+        done = StepAnalyser(self, runs, options, differing_batches).run()
         self.bench.lap("op analysis: the reference's steps")
         return done

@@ -34,7 +34,11 @@ def checks(trace, target) -> list[Finding]:
 def graph_findings(graph: OpGraph) -> list[Finding]:
     """Findings about the traced graph itself; raises GraphCheckError when it cannot be analysed. Messages say
     how to fix."""
-    findings = []
+    _check_usable(graph)
+    return _opaque(graph) + _racing_writes(graph) + _unrestorable(graph)
+
+
+def _check_usable(graph: OpGraph) -> None:
     if not nx.is_directed_acyclic_graph(graph.g):
         cycle = " -> ".join(u for u, _, *_ in nx.find_cycle(graph.g))
         raise GraphCheckError(f"the traced graph has a cycle ({cycle}); this is an opbisect bug: please report it "
@@ -44,36 +48,47 @@ def graph_findings(graph: OpGraph) -> list[Finding]:
             ref = TensorRef.parse(tid)
             if ref.port >= len(graph.g.nodes[ref.op]["outputs"]):
                 raise GraphCheckError(f"op {op} reads {tid}, which {ref.op} does not produce; opbisect bug")
-    opaque = {}
+
+
+def _opaque(graph: OpGraph) -> list[Finding]:
+    """Calls and loop or branch ops whose bodies trace did not enter."""
+    opaque: dict[str, int] = {}
     entered = {info["op"] for info in graph.regions.values()}
     for op in graph.g.nodes:
         t = graph.op_type(op)
         if (optypes.has(t, optypes.CONTROL_FLOW) and op not in entered) or optypes.has(t, optypes.CALL):
             opaque[t] = opaque.get(t, 0) + 1
-    if opaque:
-        kinds = ", ".join(f"{n} {t}" for t, n in sorted(opaque.items()))
-        why = graph.g.graph.get("opaque_reason", "its body is not visible")
-        findings.append(Finding("note", f"{kinds} kept opaque ({why}): a source inside it is reported as that op"))
+    if not opaque:
+        return []
+    kinds = ", ".join(f"{n} {t}" for t, n in sorted(opaque.items()))
+    why = graph.g.graph.get("opaque_reason", "its body is not visible")
+    return [Finding("note", f"{kinds} kept opaque ({why}): a source inside it is reported as that op")]
+
+
+def _racing_writes(graph: OpGraph) -> list[Finding]:
+    """Two writes of one variable with no order between them: the program itself races."""
     by_var: dict[str, list[str]] = {}
     for op in graph.g.nodes:
         for _, var in graph.written(op):
             by_var.setdefault(var, []).append(op)
-    order = graph.g
+    found = []
     for var, ws in by_var.items():
         for i, a in enumerate(ws):
             for b in ws[i + 1:]:
-                if not (nx.has_path(order, a, b) or nx.has_path(order, b, a) or graph.exclusive(a, b)):
-                    findings.append(Finding("warning", f"{a} and {b} both write {var} with no order between "
-                                                       f"them: the program itself races; order them with "
-                                                       f"tf.control_dependencies"))
-    unrestorable = sorted({op for op in graph.g.nodes if any(v == OPAQUE_STATE for _, v in graph.resources(op))
-                           and graph.attrs(op).get("stateful") and not optypes.has(graph.op_type(op), optypes.INPUT)})
-    if unrestorable:
-        shown = listed(unrestorable, 5)
-        findings.append(Finding("warning", f"{len(unrestorable)} ops use state opbisect cannot restore between "
-                                           f"runs (not a tf.Variable): {shown}; if they differ they show as "
-                                           f"kind 'state': keep such state in tf.Variables"))
-    return findings
+                if not (nx.has_path(graph.g, a, b) or nx.has_path(graph.g, b, a) or graph.exclusive(a, b)):
+                    found.append(Finding("warning", f"{a} and {b} both write {var} with no order between them: the "
+                                                    f"program itself races; order them with tf.control_dependencies"))
+    return found
+
+
+def _unrestorable(graph: OpGraph) -> list[Finding]:
+    ops = sorted({op for op in graph.g.nodes if any(v == OPAQUE_STATE for _, v in graph.resources(op))
+                  and graph.attrs(op).get("stateful") and not optypes.has(graph.op_type(op), optypes.INPUT)})
+    if not ops:
+        return []
+    return [Finding("warning", f"{len(ops)} ops use state opbisect cannot restore between runs (not a tf.Variable): "
+                               f"{listed(ops, 5)}; if they differ they show as kind 'state': keep such state in "
+                               f"tf.Variables")]
 
 
 def unseeded_random_ops(graph) -> list[Finding]:

@@ -50,47 +50,58 @@ class Prepared:
         return Snapshot(self.restored, self.restart)
 
 
-def prepare(script, step_name: str, inputs_name: str, device: str, fingerprint: str, patch: str = "",
-            setup: Callable[[Any], None] = lambda tf: None, lap: Callable[[str], None] = lambda stage: None,
-            starting: dict | None = None, argv: tuple = (), at: str = "", steps: int = 1,
-            contexts: tuple = ()) -> Prepared:
-    """The step of `script`, ready to run. `setup(tf)` runs right after TensorFlow is imported (process-wide
-    switches); `starting` ({variable key: value}) overwrites the script's values (a child of verify). A script that
-    defines no target is run as `python script argv...` to its training call `at` (`steps` batches taken).
-    `contexts` are held while the script runs (seeds pinned, the variables' making recorded)."""
-    from ..capture import fingerprint as fingerprints
-    from ..capture import taps
+def prepare(options, setup: Callable[[Any], None] = lambda tf: None, lap: Callable[[str], None] = lambda stage: None,
+            starting: dict | None = None, contexts: tuple = ()) -> Prepared:
+    """The step `options` name (a command's settings: settings.StepOptions, its `patch` and `steps`), ready to run.
+    `setup(tf)` runs right after TensorFlow is imported (process-wide switches); `starting` ({variable key: value})
+    overwrites the script's values (a child of verify); `contexts` are held while the script runs (seeds pinned,
+    the variables' making recorded). A script that defines no target runs as `python script ARGS` to its training
+    call."""
     from ..targets.loader import load_target
     from ..trace.trace import trace_step
     from .seeded import restarted
 
-    tensorflow = TensorFlowSetup(device, setup)  # when the script imports it (its Keras is its own choice)
-    target = load_target(script, step_name, inputs_name, argv, at, steps, tensorflow.watching(), *contexts)
+    tensorflow = TensorFlowSetup(options.device, setup)  # when the script imports it (its Keras is its own choice)
+    target = load_target(options.script, tensorflow.watching(), *contexts, options=options)
     tf, kind = tensorflow.started()
     lap("load the script" if target.intercepted is None else "run the script to its training call")
     trace = trace_step(target, target.make_inputs())
     target, trace, restart = restarted(target, trace)
     lap("trace")
-    target, trace, replaced, findings = patched(patch, target, trace)
-    caught = target.intercepted
-    if caught is not None:
-        what = f"{caught.kind} of {caught.name}" if caught.name else caught.kind
-        taken = len(caught.batches or caught.calls)
-        findings.append(Finding("note", f"intercepted: the script ran {caught.seconds} s to its training call at "
-                                        f"{caught.where or 'an unknown line'} ({what}); {taken} step(s) taken; its "
-                                        f"training was stopped there"))
-    fp, note = fingerprints.for_trace(trace, kind, fingerprint)
+    target, trace, replaced, findings = patched(options.patch, target, trace)
+    findings += _intercepted(target.intercepted)
+    return _fingerprinted(Prepared(tf=tf, kind=kind, target=target, trace=trace, restart=restart, fingerprinter=None,
+                                   restored={}, state_fps=None, value_fps=None, initial_state={}, findings=findings,
+                                   patched=replaced), options.fingerprint, starting)
+
+
+def _intercepted(caught) -> list[Finding]:
+    if caught is None:
+        return []
+    what = f"{caught.kind} of {caught.name}" if caught.name else caught.kind
+    taken = len(caught.batches or caught.calls)
+    return [Finding("note", f"intercepted: the script ran {caught.seconds} s to its training call at "
+                            f"{caught.where or 'an unknown line'} ({what}); {taken} step(s) taken; its training was "
+                            f"stopped there")]
+
+
+def _fingerprinted(step: Prepared, fingerprint: str, starting: dict | None) -> Prepared:
+    """The prepared step with its fingerprinters, the state as the script created it, and the state restored before
+    every run (`starting` written into it)."""
+    from ..capture import fingerprint as fingerprints
+    from ..capture import taps
+
+    fp, note = fingerprints.for_trace(step.trace, step.kind, fingerprint)
     if note:
-        findings.append(Finding("note", f"fingerprint: {fp.name}, because {note}"))
-    state_fps = taps.make_state_fingerprinter(trace.variables, fp)
+        step.findings.append(Finding("note", f"fingerprint: {fp.name}, because {note}"))
+    state_fps = taps.make_state_fingerprinter(step.trace.variables, fp)
     initial_state = state_fps()  # as the script created it: compared across processes
-    restored = restored_variables(trace, target, restart)
+    restored = restored_variables(step.trace, step.target, step.restart)
     for key, value in (starting or {}).items():
         if key in restored:
             restored[key].assign(value)
-    return Prepared(tf=tf, kind=kind, target=target, trace=trace, restart=restart, fingerprinter=fp,
-                    restored=restored, state_fps=state_fps, value_fps=taps.make_value_fingerprinter(fp),
-                    initial_state=initial_state, findings=findings, patched=replaced)
+    return dataclasses.replace(step, fingerprinter=fp, restored=restored, state_fps=state_fps,
+                               value_fps=taps.make_value_fingerprinter(fp), initial_state=initial_state)
 
 
 # What TensorFlow writes to stderr on every start where TF_CPP_MIN_LOG_LEVEL hides its own logging (absl's lines,

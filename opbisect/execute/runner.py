@@ -10,6 +10,7 @@ Comparing `pinned` with `instrumented` tells whether capture changed what the st
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 
 from ..errors import CannotTest, InternalError, TargetError
@@ -62,7 +63,7 @@ class Runner:
         self.trace, self.target = trace, target
         self.state_fps, self.output_fps = state_fps, output_fps
         self.progress = progress
-        self.lap = lap  # session.Laps: the op analysis's stages, where an XLA step's compile shows apart
+        self.lap = lap  # experiment.Laps: the op analysis's stages, where an XLA step's compile shows apart
 
     def restore(self, snapshot) -> dict[str, int]:
         """Restore `snapshot` and check it came back bit for bit; the state fingerprints before the step."""
@@ -111,28 +112,7 @@ class Runner:
 
     def fit(self, snapshot, plan, runs: int, label: str) -> Trajectory:
         """`model.fit` itself, from the snapshot, `runs` times: every variable after every batch."""
-        from ..tfcompat import keras_of
-
-        keras = keras_of(plan.model)
-        state_fps = self.state_fps
         per_epoch = max(1, (self.target.steps_available or 0) // max(plan.epochs, 1))
-
-        class AfterEachBatch(keras.callbacks.Callback):
-            """The state after each call of fit's train function, and the step it is after: with
-            steps_per_execution > 1, Keras calls back once per execution, with the index the execution's last batch
-            would have had (past the epoch's end for a short last execution)."""
-
-            def __init__(self):
-                super().__init__()
-                self.after, self.steps, self.epochs = [], [], 0
-
-            def on_epoch_begin(self, epoch, logs=None):
-                self.epochs += 1
-
-            def on_train_batch_end(self, batch, logs=None):
-                self.after.append(state_fps())
-                self.steps.append((self.epochs - 1) * per_epoch + min(batch + 1, per_epoch))
-
         result = Trajectory()
         kwargs = {k: v for k, v in plan.kwargs.items() if k not in ("verbose", "callbacks", "batch_size")}
         kwargs["shuffle"] = False  # fit gets a dataset: the data's own order (x/y arrays were batched unshuffled)
@@ -141,7 +121,7 @@ class Runner:
                 self.restore(snapshot)
                 if snapshot.restart is not None:
                     snapshot.restart.before_fit()  # fit's own train function holds the seeded random ops as written
-                recorder = AfterEachBatch()
+                recorder = after_each_batch(plan.model, self.state_fps, per_epoch)
                 try:
                     plan.model.fit(plan.dataset, verbose=0, callbacks=[recorder, *plan.kwargs.get("callbacks", [])],
                                    **kwargs)
@@ -154,13 +134,14 @@ class Runner:
                 advance()
         return result
 
-    def instrumented(self, inst, snapshot, args_for_run: Callable[[], tuple], runs: int, options: dict | None,
-                     label: str, stage: str = "tapped step") -> tuple[InstrumentedRuns, list]:
-        """Fingerprints per run, and the `full` tensors of every run (empty unless `inst.full`). Timed as `stage`:
-        its first call (grappler or XLA compiling the function), then the other runs."""
+    def instrumented(self, inst, snapshot, args_for_run: Callable[[], tuple], how: "Pass",
+                     ) -> tuple[InstrumentedRuns, list]:
+        """Fingerprints per run, and the `full` tensors of every run (empty unless `inst.full`). Timed as
+        `how.stage`: its first call (grappler or XLA compiling the function), then the other runs."""
         result, full, digests, matrices = InstrumentedRuns(taps=inst.taps), [], [], []
-        with grappler_options(options), self._task(label, runs) as advance:
-            for _ in range(runs):
+        stage = how.stage
+        with grappler_options(how.options), self._task(how.label, how.runs) as advance:
+            for _ in range(how.runs):
                 result.before.append(self.restore(snapshot))
                 args = args_for_run()
                 try:
@@ -192,6 +173,37 @@ class Runner:
             yield lambda: self.progress.advance(task)
         finally:
             self.progress.update(task, visible=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pass:
+    """Runs of an instrumented step: how many, under which grappler options, its progress label and its lap."""
+
+    runs: int
+    options: dict | None
+    label: str
+    stage: str = "tapped step"
+
+
+def after_each_batch(model, state_fps: Callable, per_epoch: int):
+    """A Keras callback of the model's own Keras line that keeps the state after each call of fit's train function,
+    and the step it is after: with steps_per_execution > 1, Keras calls back once per execution, with the index the
+    execution's last batch would have had (past the epoch's end for a short last execution)."""
+    from ..tfcompat import keras_of
+
+    class AfterEachBatch(keras_of(model).callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.after, self.steps, self.epochs = [], [], 0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epochs += 1
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.after.append(state_fps())
+            self.steps.append((self.epochs - 1) * per_epoch + min(batch + 1, per_epoch))
+
+    return AfterEachBatch()
 
 
 def _step_error(exc: BaseException, target) -> TargetError:

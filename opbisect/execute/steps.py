@@ -19,87 +19,146 @@ from ..ir.unroll import unroll
 from ..record.model import StepAnalysis
 from ..replay.call import NotReplayable, op_call
 from ..replay.rerun import not_replayed, replay
-from .runner import Feeder, Runner
+from .runner import Pass
 from .snapshot import Snapshot
 from .workers import Agreement
 
 
-def analyse_steps(runner: Runner, trace, feeder: Feeder, start: Snapshot, inst, fingerprinter,
-                  runs: int, magnitude_runs: int, options, results: list[str], differing_batches: list[int] = (),
-                  replay_runs: int = 0, device: str = "/device:CPU:0",
-                  agree: Agreement | None = None) -> list[tuple[StepAnalysis, Comparison, dict]]:
-    """Per step: its analysis, its comparison, and {source op: (OpCall, input values, states)} of the sources
-    replayed alone (what their reproducers need). Under --workers the magnitude pass runs in every worker when
-    any needs it (`agree`): their step calls stay in step."""
-    agree = agree or Agreement()
-    analyses, seen = [], set()
-    node_defs = {n.name: n for n in trace.graph_def.node}
-    runner.restore(start)
-    reference = list(feeder.run())
-    snapshot = start
-    for k, args in enumerate(reference, 1):
-        # Each run takes its own arguments where they may differ (inputs() on a single step; a re-created
-        # iterator's k-th batch where the trajectory saw batches differ): then the argument is the source.
-        # Elsewhere every run takes the reference batch.
-        if feeder.steps == 1:
-            args_for_run = lambda: next(feeder.run())  # noqa: E731
-        elif k in differing_batches:
-            args_for_run = lambda k=k: feeder.batch(k)  # noqa: E731
-        else:
-            args_for_run = lambda args=args: args  # noqa: E731
-        label = "instrumented step" if feeder.steps == 1 else f"instrumented step {k}/{feeder.steps}"
-        ins, _ = runner.instrumented(inst, snapshot, args_for_run, runs, options, label)
-        comparison = compare(unroll(trace.graph, ins.executions, ins.enclosing), ins.taps, ins.fps, ins.before, results)
-        runner.lap("op analysis: compare")
-        new = [s for s in comparison.sources if s.op not in seen]
-        seen.update(s.op for s in new)
-        replays, calls = {}, {}
-        if replay_runs:
-            calls, replays = _replay_calls(trace, node_defs, new, snapshot)
+class StepAnalyser:
+    """The analysis pass's run over each step of the reference trajectory (`analysis`: an execute.passes.AnalysisPass,
+    what every step shares: the bench, the trace, the instrumented step, the fingerprinter, the result tensors, the
+    magnitude and replay runs, the device, the workers' agreement).
+
+        run()                  per step: its analysis, its comparison, and {source op: (OpCall, input values, states)}
+          step(k, args, snap)    the instrumented step's runs, compared; the new sources measured and replayed alone
+            magnitudes(...)        their whole values: from the top level, and out of the bodies (in_bodies)
+            replays(...)           each replayable source alone on its recorded inputs
+    Under --workers the magnitude and body passes run in every worker when any needs them: their calls stay in step.
+    """
+
+    def __init__(self, analysis, runs: int, options, differing_batches=()):
+        self.a, self.runs, self.options = analysis, runs, options
+        self.differing_batches = list(differing_batches)
+        self.runner, self.trace, self.feeder = analysis.bench.runner, analysis.trace, analysis.bench.feeder
+        self.magnitude_runs = analysis.magnitude_runs or runs
+        self.agree = analysis.agree or Agreement()
+        self.node_defs = {n.name: n for n in self.trace.graph_def.node}
+        self.seen: set[str] = set()
+
+    def run(self) -> list[tuple[StepAnalysis, Comparison, dict]]:
+        analyses, snapshot = [], self.a.bench.start
+        self.runner.restore(snapshot)
+        reference = list(self.feeder.run())
+        for k, args in enumerate(reference, 1):
+            analyses.append(self.step(k, args, snapshot))
+            if k < len(reference):  # advance the reference trajectory by one plain step
+                self.runner.restore(snapshot)
+                self.runner.call(args)
+                snapshot = snapshot.now()
+        return analyses
+
+    def args_for_run(self, k: int, args):
+        """Each run takes its own arguments where they may differ (inputs() on a single step; a re-created iterator's
+        k-th batch where the trajectory saw batches differ): then the argument is the source. Elsewhere every run
+        takes the reference batch."""
+        if self.feeder.steps == 1:
+            return lambda: next(self.feeder.run())
+        if k in self.differing_batches:
+            return lambda: self.feeder.batch(k)
+        return lambda: args
+
+    def step(self, k: int, args, snapshot: Snapshot) -> tuple[StepAnalysis, Comparison, dict]:
+        feeds = self.args_for_run(k, args)
+        label = "instrumented step" if self.feeder.steps == 1 else f"instrumented step {k}/{self.feeder.steps}"
+        ins, _ = self.runner.instrumented(self.a.instrumented, snapshot, feeds, Pass(self.runs, self.options, label))
+        comparison = compare(unroll(self.trace.graph, ins.executions, ins.enclosing), ins.taps, ins.fps, ins.before,
+                             self.a.results)
+        self.runner.lap("op analysis: compare")
+        new = [s for s in comparison.sources if s.op not in self.seen]
+        self.seen.update(s.op for s in new)
+        calls, refused = _replay_calls(self.trace, self.node_defs, new, snapshot) if self.a.replay_runs else ({}, {})
         at = {op: _execution(op, new) for op in calls}  # a body's source: its inputs at its differing execution
+        column, failed, without_xla, measured = self.magnitudes(k, new, calls, at, (snapshot, feeds))
+        magnitudes = {s.op: of_source([column[t] for t in s.tensors]) for s in new  # each tensor in every run
+                      if s.tensors and all(len(column.get(t, ())) == self.magnitude_runs for t in s.tensors)}
+        replays, inputs = self.replays(calls, at, column, (failed, snapshot, without_xla))
+        return (StepAnalysis(step=k, instrumented=ins, differing=comparison.differing, magnitudes=magnitudes,
+                             magnitude_runs=self.magnitude_runs if measured else 0, replays={**refused, **replays}),
+                comparison, inputs)
+
+    def magnitudes(self, k: int, new, calls: dict, at: dict, where: tuple) -> tuple[dict, str, bool, bool]:
+        """({tensor: its value in each run}, why the body values failed, whether they ran without XLA, whether any
+        was measured) for the new sources' outputs and the replays' inputs: the step's top level returns them, a
+        body's come out in a pass of its own (under XLA, threaded out)."""
+        snapshot, feeds = where
         needed = [_at(t, at[op]) for op, (c, pre) in calls.items() for t in c.captured + list(pre.values()) if t]
-        # Whole values: the step's top level returns them; a body's come out in a pass of its own (its sources'
-        # outputs too, for their magnitudes, where that pass runs the step as it is: under XLA, threaded out)
         full = list(dict.fromkeys([t for s in new for t in s.tensors if not TensorRef.parse(t).region]
                                   + [t for t in needed if not TensorRef.parse(t).region]))
         measured = [t for s in new for t in s.tensors if TensorRef.parse(t).region]
         column: dict[str, list] = {}
-        if agree.any(f"magnitude pass of step {k}", bool(full)):
-            _, arrays = runner.instrumented(capture.build(trace, [], fingerprinter, full, descend=False), snapshot,
-                                            args_for_run, magnitude_runs, options, "magnitudes of the sources",
-                                            "magnitude pass")
+        if self.agree.any(f"magnitude pass of step {k}", bool(full)):
+            step = capture.build(self.trace, [], self.a.fingerprinter, full, descend=False)
+            how = Pass(self.magnitude_runs, self.options, "magnitudes of the sources", "magnitude pass")
+            _, arrays = self.runner.instrumented(step, snapshot, feeds, how)
             column = {t: [run[i] for run in arrays] for i, t in enumerate(full)}
-        body_runs = magnitude_runs if measured else 1
-        in_bodies, failed, without_xla = _in_bodies(needed + measured, body_runs, runner, trace, fingerprinter,
-                                                    snapshot, args_for_run, options, agree, k)
+        runs = self.magnitude_runs if measured else 1
+        in_bodies, failed, without_xla = self.in_bodies(needed + measured, runs, (snapshot, feeds), k)
         # a run without the XLA the step compiles with computes other numbers: no magnitude from it
         column.update({t: v for t, v in in_bodies.items() if not without_xla or t not in measured or t in needed})
-        magnitudes = {s.op: of_source([column[t] for t in s.tensors]) for s in new  # each tensor in every run
-                      if s.tensors and all(len(column.get(t, ())) == magnitude_runs for t in s.tensors)}
-        inputs = {}
-        for op, (call, pre) in calls.items():
-            replays[op], inputs[op] = _replayed(call, pre, at[op], column, failed, snapshot, replay_runs, device,
-                                                without_xla)
-        inputs = {op: got for op, got in inputs.items() if got}
         if full or needed:
-            runner.lap("op analysis: magnitudes and replays alone")
-        analyses.append((StepAnalysis(step=k, instrumented=ins, differing=comparison.differing,
-                                      magnitudes=magnitudes, magnitude_runs=magnitude_runs if full or measured else 0,
-                                      replays=replays), comparison, inputs))
-        if k < len(reference):  # advance the reference trajectory by one plain step
-            runner.restore(snapshot)
-            runner.call(args)
-            snapshot = snapshot.now()
-    return analyses
+            self.runner.lap("op analysis: magnitudes and replays alone")
+        return column, failed, without_xla, bool(full or measured)
+
+    def replays(self, calls: dict, at: dict, column: dict, context: tuple) -> tuple[dict, dict]:
+        """(Replay of each source, {source: (call, values, states)} of those run alone)."""
+        failed, snapshot, without_xla = context
+        replays, inputs = {}, {}
+        for op, (call, pre) in calls.items():
+            replays[op], inputs[op] = _replayed(call, pre, at[op], column, (failed, snapshot, without_xla),
+                                                (self.a.replay_runs, self.a.device))
+        return replays, {op: got for op, got in inputs.items() if got}
+
+    def in_bodies(self, tensors: list[str], runs: int, where: tuple, k: int) -> tuple[dict[str, list], str, bool]:
+        """({tensor id@execution: its value there in each of `runs` runs}, "" or why none was recorded, whether they
+        were recorded without the XLA the step compiles with) for the `tensors` inside bodies (the others are left
+        out): runs of the step whose bodies hand them over (capture.values): threaded out of a step that compiles
+        with XLA (their shapes first, where tracing left them open: `_probed`); to the host otherwise. The replay is
+        an extra: where this pass fails, the sources inside bodies are reported as not replayed, with the error, and
+        the rest of the analysis stands."""
+        snapshot, feeds = where
+        inside = [t for t in dict.fromkeys(tensors) if TensorRef.parse(t).region]
+        if not self.agree.any(f"body values pass of step {k}", bool(inside)):
+            return {}, "", False
+
+        def build(values: BodyValues):
+            return capture.build(self.trace, [], self.a.fingerprinter, [], descend=True, values=values)
+
+        def run(inst, count: int, label: str):
+            return self.runner.instrumented(inst, snapshot, feeds, Pass(count, self.options, label, "body values pass"))
+
+        values = BodyValues(inside, threaded=bool(self.trace.jit_compile))
+        try:
+            try:
+                inst = build(values)
+            except UnfixedShape:
+                values = _probed(inside, build, run)
+                inst = build(values)
+            run(inst, runs, "values inside bodies")
+        except InternalError as exc:  # on the H200: a host callback in a body run whole on the GPU
+            return {}, f"recording its inputs inside the body failed: {exc}", False
+        taken = {t for got in values.runs for t in got}
+        without_xla = bool(self.trace.jit_compile) and not values.threaded
+        return {t: [got[t] for got in values.runs if t in got] for t in taken}, "", without_xla
 
 
 REPLAYED_KINDS = ("op", "write", "random")  # input and state sources vary because of what feeds them
 WITHOUT_XLA = "its inputs recorded in a run of the step without XLA (XLA cannot compile the callback taking them)"
 
 
-def _replayed(call, pre: dict, execution: int | None, column: dict, failed: str, snapshot: Snapshot, runs: int,
-              device: str, without_xla: bool):
-    """(the Replay of one source, its (call, values, states) for a reproducer, or None where it was not run)."""
+def _replayed(call, pre: dict, execution: int | None, column: dict, context: tuple, how: tuple):
+    """(the Replay of one source, its (call, values, states) for a reproducer, or None where it was not run).
+    `context`: (why the body values failed, the snapshot, whether they ran without XLA); `how`: (runs, device)."""
+    failed, snapshot, without_xla = context
     missing = [t for t in call.captured + list(pre.values()) if t and _at(t, execution) not in column]
     if missing:  # inside a body that did not run in the pass that recorded them, or that pass failed
         where = " (its body did not run that execution there)" if execution is not None else ""
@@ -107,7 +166,7 @@ def _replayed(call, pre: dict, execution: int | None, column: dict, failed: str,
         return not_replayed(NotReplayable(failed or why)), None
     values = {t: column[_at(t, execution)][0] for t in call.captured}
     states = {v: column[_at(t, execution)][0] if t else _saved(snapshot, v) for v, t in pre.items()}
-    result = replay(call, values, states, runs, device)
+    result = replay(call, values, states, *how)
     if without_xla and execution is not None:
         result.note = "; ".join(n for n in (result.note, WITHOUT_XLA) if n)
     return result, (call, values, states)
@@ -132,37 +191,6 @@ def _node_def(trace, top_level: dict, op: str):
     if not region:
         return top_level[op]
     return next(n for n in trace.regions[region].graph_def.node if n.name == local)
-
-
-def _in_bodies(tensors: list[str], runs: int, runner: Runner, trace, fingerprinter, snapshot: Snapshot,
-               args_for_run, options, agree: Agreement, k: int) -> tuple[dict[str, list], str, bool]:
-    """({tensor id@execution: its value there in each of `runs` runs}, "" or why none was recorded, whether they
-    were recorded without the XLA the step compiles with) for the `tensors` inside bodies (the others are left
-    out): runs of the step whose bodies hand them over (capture.values): threaded out of a step that compiles with
-    XLA (their shapes first, where tracing left them open: `_probed`); to the host otherwise. The replay is an
-    extra: where this pass fails, the sources inside bodies are reported as not replayed, with the error, and the
-    rest of the analysis stands."""
-    inside = [t for t in dict.fromkeys(tensors) if TensorRef.parse(t).region]
-    if not agree.any(f"body values pass of step {k}", bool(inside)):
-        return {}, "", False
-
-    def build(values: BodyValues):
-        return capture.build(trace, [], fingerprinter, [], descend=True, values=values)
-
-    values = BodyValues(inside, threaded=bool(trace.jit_compile))
-    try:
-        try:
-            inst = build(values)
-        except UnfixedShape:
-            values = _probed(inside, build, lambda inst, runs, label: runner.instrumented(
-                inst, snapshot, args_for_run, runs, options, label, "body values pass"))
-            inst = build(values)
-        runner.instrumented(inst, snapshot, args_for_run, runs, options, "values inside bodies", "body values pass")
-    except InternalError as exc:  # session 16, on the H200: a host callback in a body run whole on the GPU
-        return {}, f"recording its inputs inside the body failed: {exc}", False
-    taken = {t for run in values.runs for t in run}
-    without_xla = bool(trace.jit_compile) and not values.threaded
-    return {t: [run[t] for run in values.runs if t in run] for t in taken}, "", without_xla
 
 
 def _probed(inside: list[str], build, run) -> BodyValues:

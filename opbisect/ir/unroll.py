@@ -14,6 +14,8 @@ Capture records, for each execution of a body, the execution of the enclosing bo
 
 from __future__ import annotations
 
+import dataclasses
+
 from .graph import OpGraph
 from .ids import TensorRef, instance_id
 
@@ -41,14 +43,27 @@ def unroll(graph: OpGraph, executions: dict[str, list[int]], enclosing: dict[str
                 out.add_data_edge(a, TensorRef.parse(d["tensor"]).port, b, d["slot"])
             elif d["kind"] == "control":
                 out.add_control_edge(a, b)
-    for region, info in graph.regions.items():
-        _link(graph, out, region, info, counts, copies, enclosing.get(region, []))
+    instances = _Instances(graph, out, counts, copies)
+    for region in graph.regions:
+        _link(instances, region, enclosing.get(region, []))
     out.add_resource_edges()
     return out
 
 
-def _link(graph: OpGraph, out: OpGraph, region: str, info: dict, counts: dict, copies: dict,
-          enclosing: list[int]) -> None:
+@dataclasses.dataclass
+class _Instances:
+    """The graph being unrolled and its instance graph so far: how often each body ran, each op's copies."""
+
+    graph: OpGraph
+    out: OpGraph
+    counts: dict  # region -> executions
+    copies: dict  # op -> its instances
+
+
+def _link(instances: _Instances, region: str, enclosing: list[int]) -> None:
+    """Edges into, between and out of the executions of `region`'s body."""
+    graph, out, counts, copies = instances.graph, instances.out, instances.counts, instances.copies
+    info = graph.regions[region]
     op, n = info["op"], counts[region]
     ops = graph.region_ops(region)
     sinks = [x for x in ops if not any(graph.region_of(v) == region for v in graph.g.successors(x))]

@@ -12,6 +12,7 @@ loop or branch op (in its parent, up to the step's top level) is pointed at the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from .. import tfcompat
 from ..ir.ids import op_id
@@ -179,44 +180,63 @@ def rewrite(trace, chosen: dict[str, list[str]], edit_bodies: bool = True) -> Re
     A body is patched in its own FunctionDef where it can be (`edit`), else traced again; `edit_bodies=False`
     traces every body again, for a step that is traced once more (`trace --patch`), whose trace enters bodies
     through their traced graphs."""
-    xla = bool(trace.jit_compile)
-    out = Rewrite(graph_def=None, functions=[], replaced=[], skipped={},
-                  traced=tfcompat.traced_functions(trace.concrete.graph))
-    dirty, inner = set(), {}  # regions on the way to a chosen node; each scope's dirty bodies
-    for region in chosen:
-        while region:
-            dirty.add(region)
-            inner.setdefault(trace.regions[region].parent, set()).add(region)
-            region = trace.regions[region].parent
-    library = edit.functions_of(trace.graph_def)
-    names, bodies = {}, out.bodies  # region -> its patched body's function name; the edited FunctionDefs
+    return _Rewriter(trace, chosen, edit_bodies).run()
 
-    def pointed(gd, rid: str):
+
+class _Rewriter:
+    """One rewrite: the regions on the way to a chosen node are patched children first, each parent then
+    pointed at its children's patched bodies."""
+
+    def __init__(self, trace, chosen: dict, edit_bodies: bool):
+        self.trace, self.chosen, self.edit_bodies = trace, chosen, edit_bodies
+        self.xla = bool(trace.jit_compile)
+        self.out = Rewrite(graph_def=None, functions=[], replaced=[], skipped={},
+                           traced=tfcompat.traced_functions(trace.concrete.graph))
+        self.dirty, self.inner = set(), {}  # regions on the way to a chosen node; each scope's dirty bodies
+        for region in chosen:
+            while region:
+                self.dirty.add(region)
+                self.inner.setdefault(trace.regions[region].parent, set()).add(region)
+                region = trace.regions[region].parent
+        self.library = edit.functions_of(trace.graph_def)
+        self.names = {}  # region -> its patched body's function name
+
+    def run(self) -> Rewrite:
+        for rid in reversed(list(self.trace.regions)):  # children before their parents
+            if rid in self.dirty:
+                self.names[rid] = self._patched_body(rid)
+        top = self._pointed(self._replaced(self.trace.graph_def, ""), "")
+        for f in self.out.functions:
+            _add_to_library(top, f)
+        self.out.graph_def = top
+        return self.out
+
+    def _patched_body(self, rid: str) -> str:
+        """Patch region `rid`'s body; the name of the function that now holds it."""
+        region, local = self.trace.regions[rid], self.chosen.get(rid, [])
+        fdef = self.library.get(region.function)
+        children = [self.trace.regions[c].op for c in self.inner.get(rid, ())]
+        if self.edit_bodies and fdef is not None and edit.editable(fdef, local + children):
+            calls = _patched_calls(region.graph_def, local, rid, self.xla, self.out)
+            patches = {name: (op, f.function_def) for name, (op, f) in calls.items()}
+            pointers = {self.trace.regions[c].op: functools.partial(self._point_child, c)
+                        for c in self.inner.get(rid, ())}
+            self.out.bodies.append(edit.edited(fdef, patches, pointers))
+            return self.out.bodies[-1].signature.name
+        concrete = _rebuilt_body(region, self._pointed(self._replaced(region.graph_def, rid), rid), self.out)
+        self.out.functions.append(concrete)
+        return concrete.function_def.signature.name
+
+    def _replaced(self, graph_def, rid: str):
+        return replace_nodes(graph_def, self.chosen.get(rid, []), rid, self.xla, self.out)
+
+    def _point_child(self, child: str, node) -> None:
+        _point_at(node, self.trace.regions[child].suffix, self.names[child])
+
+    def _pointed(self, gd, rid: str):
+        """`gd` (region `rid`'s graph) with its calls into patched children pointed at their new bodies."""
         nodes = {n.name: n for n in gd.node}
-        for child in inner.get(rid, ()):
-            _point_at(nodes[trace.regions[child].op], trace.regions[child].suffix, names[child])
-        _add_bodies(gd, bodies)
+        for child in self.inner.get(rid, ()):
+            self._point_child(child, nodes[self.trace.regions[child].op])
+        _add_bodies(gd, self.out.bodies)
         return gd
-
-    for rid in reversed(list(trace.regions)):  # children before their parents
-        if rid not in dirty:
-            continue
-        region, local = trace.regions[rid], chosen.get(rid, [])
-        fdef = library.get(region.function)
-        children = [trace.regions[c].op for c in inner.get(rid, ())]
-        if edit_bodies and fdef is not None and edit.editable(fdef, local + children):
-            patches = {name: (op, f.function_def)
-                       for name, (op, f) in _patched_calls(region.graph_def, local, rid, xla, out).items()}
-            pointers = {trace.regions[c].op: lambda node, c=c: _point_at(node, trace.regions[c].suffix, names[c])
-                        for c in inner.get(rid, ())}
-            bodies.append(edit.edited(fdef, patches, pointers))
-            names[rid] = bodies[-1].signature.name
-        else:
-            concrete = _rebuilt_body(region, pointed(replace_nodes(region.graph_def, local, rid, xla, out), rid), out)
-            out.functions.append(concrete)
-            names[rid] = concrete.function_def.signature.name
-    top = pointed(replace_nodes(trace.graph_def, chosen.get("", []), "", xla, out), "")
-    for f in out.functions:
-        _add_to_library(top, f)
-    out.graph_def = top
-    return out

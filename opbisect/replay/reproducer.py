@@ -7,6 +7,7 @@ TensorFlow's maintainers ask for in a determinism report.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import numpy as np
@@ -39,7 +40,9 @@ with tf.device({device!r}):
         results = {results}{states}
         h = hashlib.sha256()
         for a in results:
-            h.update(a.dtype.str.encode() + str(a.shape).encode() + np.ascontiguousarray(a).tobytes())
+            a = np.asarray(a)  # a string tensor's array holds pointers: its items are compared instead
+            body = repr(a.tolist()).encode() if a.dtype == object else np.ascontiguousarray(a).tobytes()
+            h.update(a.dtype.str.encode() + str(a.shape).encode() + body)
         digests.add(h.hexdigest())
 print(f"{op_type}: {{len(digests)}} distinct results in {{RUNS}} runs on {device}")
 sys.exit(1 if len(digests) > 1 else 0)
@@ -65,8 +68,17 @@ def _render(value) -> str:
     return repr(value)  # tf.DType's repr is "tf.float32"
 
 
-def files(call: OpCall, values: dict, states: dict, *, rank: int, script: str, runs: int,
-          device: str) -> dict[str, str | bytes]:
+@dataclasses.dataclass(frozen=True)
+class Heading:
+    """What a reproducer says of itself: the source's rank, the script it came from, how many runs, where."""
+
+    rank: int
+    script: str
+    runs: int
+    device: str  # where the op runs when the graph placed it nowhere
+
+
+def files(call: OpCall, values: dict, states: dict, heading: Heading) -> dict[str, str | bytes]:
     """{relative path: content} of the reproducer; NotReplayable when it cannot be written."""
     if call.op_type in ("PyFunc", "EagerPyFunc", "PyFuncStateless"):
         raise NotReplayable("it runs Python code of your process, which a script cannot rebuild")
@@ -93,10 +105,11 @@ def files(call: OpCall, values: dict, states: dict, *, rank: int, script: str, r
                         for v in call.variables)
     restore = "".join(f'        var_{names[v]}.assign(saved["{names[v]}"])\n' for v in call.variables)
     states = "".join(f" + [var_{names[v]}.numpy()]" for v in call.variables)
-    base = f"{rank}_{call.op_type}"
+    base = f"{heading.rank}_{call.op_type}"
     results, note = _results(optypes.workspace(call.op_type))
-    text = TEMPLATE.format(op=call.op, op_type=call.op_type, rank=rank, script=script, runs=runs,
-                           device=call.device or device, npz=f"{base}.npz", name=f"{base}.py", variables=variables,
+    text = TEMPLATE.format(op=call.op, op_type=call.op_type, rank=heading.rank, script=heading.script,
+                           runs=heading.runs, device=call.device or heading.device, npz=f"{base}.npz",
+                           name=f"{base}.py", variables=variables,
                            kwargs=", ".join(kwargs), restore=restore, states=states, results=results, note=note)
     buf = io.BytesIO()
     np.savez(buf, **arrays)

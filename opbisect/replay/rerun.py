@@ -12,6 +12,7 @@ import hashlib
 
 import numpy as np
 
+from ..digests import value_bytes
 from ..ir import optypes
 from ..record.model import Replay
 from .call import NotReplayable, OpCall
@@ -21,9 +22,7 @@ def digest(arrays) -> str:
     """One digest of several arrays: their dtypes, shapes and bytes."""
     h = hashlib.sha256()
     for a in arrays:
-        a = np.ascontiguousarray(a)
-        h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(a.tobytes())
+        h.update(value_bytes(a))
     return h.hexdigest()
 
 

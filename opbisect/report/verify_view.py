@@ -74,46 +74,45 @@ def _timing(v: Verification) -> str:
 
 def lines(v: Verification, written: Path | None = None) -> list[str]:
     each = f" ({v.steps} consecutive steps each, from the data's first batch)" if v.steps > 1 else ""
-    out = [f"opbisect verify {v.script} --patch {v.patch}: {v.runs} runs of each variant{each} on {v.device}"]
-    out.append(f"replaced {len(v.replaced)} op(s): {listed(v.replaced) or 'none'}")
-    for named, op in v.renamed.items():
-        out.append(f"matched by structure: {named} is {op} here (scopes renumbered)")
-    for op, why in v.skipped.items():
-        out.append(f"not replaced: {op}: {why}")
-    for op, kind in v.not_ops.items():
-        out.append(f"no patch for source {op} (kind {kind}): fix it where the report's remedy says")
-    out += [_row(x) for x in v.variants]
-    out.append(_timing(v))
+    out = [f"opbisect verify {v.script} --patch {v.patch}: {v.runs} runs of each variant{each} on {v.device}",
+           f"replaced {len(v.replaced)} op(s): {listed(v.replaced) or 'none'}"]
+    out += [f"matched by structure: {named} is {op} here (scopes renumbered)" for named, op in v.renamed.items()]
+    out += [f"not replaced: {op}: {why}" for op, why in v.skipped.items()]
+    out += [f"no patch for source {op} (kind {kind}): fix it where the report's remedy says"
+            for op, kind in v.not_ops.items()]
+    out += [_row(x) for x in v.variants] + [_timing(v)]
     if v.plain_spread:
         out.append(f"the plain step's own run-to-run spread: max |diff| {v.plain_spread:.3g}")
     reference = next((x for x in v.variants if x.reference), None)
     if reference is not None and not reference.error:
         out.append(f"{reference.name}: a yardstick for the numbers (its own summation order), never recommended")
-    if v.recommendation == PLAIN:
-        out.append("recommendation: plain: the step gave one result in every run; nothing to fix in these runs")
-    elif v.recommendation:
-        best = v.variant(v.recommendation)
-        out.append(f"recommendation: {best.name} ({_ratio(best)} the plain step{_interval(best)}), the cheapest "
-                   f"bitwise reproducible variant")
-        if v.untold:
-            out.append(f"  these timings do not tell it apart from: {', '.join(v.untold)} (their 95% intervals "
-                       f"overlap; more --timing-runs narrow them)")
-        if v.in_one_process:
-            out.append(f"  passed over: {', '.join(v.in_one_process)}: the same bits in this process, but cuDNN "
-                       f"autotuning picks their convolutions' algorithms by timing in each process, so another "
-                       f"process may pick others (only op determinism takes the first that works)")
-    else:
-        out.append("recommendation: none: no variant was bitwise reproducible")
-    if v.recommendation and v.variant(v.recommendation).autotuned:
-        out.append("  its convolutions are autotuned: the same bits in this process; another process may pick other "
-                   "cuDNN algorithms (check with `opbisect trace --processes`)")
-    if v.fixed_by:
-        out.append(f"the patched step is bitwise reproducible ({v.fixed_by}; exit {v.exit_code})")
-    else:
-        out.append(f"the patched step is NOT bitwise reproducible (exit {v.exit_code})")
+    out += _recommendation(v)
+    out.append(f"the patched step is bitwise reproducible ({v.fixed_by}; exit {v.exit_code})" if v.fixed_by else
+               f"the patched step is NOT bitwise reproducible (exit {v.exit_code})")
     if written is not None:
         out.append(f"report: {written}")
     return [printable(line) for line in out]
+
+
+def _recommendation(v: Verification) -> list[str]:
+    if v.recommendation == PLAIN:
+        return ["recommendation: plain: the step gave one result in every run; nothing to fix in these runs"]
+    if not v.recommendation:
+        return ["recommendation: none: no variant was bitwise reproducible"]
+    best = v.variant(v.recommendation)
+    out = [f"recommendation: {best.name} ({_ratio(best)} the plain step{_interval(best)}), the cheapest bitwise "
+           f"reproducible variant"]
+    if v.untold:
+        out.append(f"  these timings do not tell it apart from: {', '.join(v.untold)} (their 95% intervals overlap; "
+                   f"more --timing-runs narrow them)")
+    if v.in_one_process:
+        out.append(f"  passed over: {', '.join(v.in_one_process)}: the same bits in this process, but cuDNN "
+                   f"autotuning picks their convolutions' algorithms by timing in each process, so another process "
+                   f"may pick others (only op determinism takes the first that works)")
+    if best.autotuned:
+        out.append("  its convolutions are autotuned: the same bits in this process; another process may pick other "
+                   "cuDNN algorithms (check with `opbisect trace --processes`)")
+    return out
 
 
 def write(v: Verification, folder: store.ReportFolder) -> Path:

@@ -150,20 +150,7 @@ def _keras_step(model, batch: tuple, path: Path):
     """The model's own train step as a tf.function, every variable built first (as fit does)."""
     import tensorflow as tf
 
-    if not hasattr(model, "train_step"):
-        raise TargetError(f"{path}: `model` must be a keras.Model, got {type(model).__name__}")
-    if getattr(model, "optimizer", None) is None:
-        raise TargetError(f"{path}: `model` is not compiled: call model.compile(optimizer=..., loss=...) first")
-    strategy = tfcompat.model_strategy(model)
-    workers = tfcompat.workers_in(strategy)
-    if workers > 1:
-        keras = tfcompat.keras_of(model)
-        raise CannotTest(f"Keras {keras.__version__} cannot train `model` under MultiWorkerMirroredStrategy with "
-                         f"{workers} workers: model.fit reduces a per-replica value eagerly before its first step, "
-                         f"and its train function reduces each scalar metric along axis 0, both of which raise "
-                         f"(tensorflow/tensorflow#72388). opbisect analyses what fit runs, and fit cannot run. "
-                         f"Give opbisect a tf.function `step` that calls strategy.run (the step form): --workers "
-                         f"runs it in every worker")
+    strategy = _trainable(model, path)
 
     def train_step(*data_batch):
         if strategy is None:
@@ -186,8 +173,26 @@ def _keras_step(model, batch: tuple, path: Path):
             raise TargetError(f"{path}: building `model` on `data` raised {error_summary(exc)}; tracing its "
                               f"train_step, as fit builds such a model, raised {error_summary(step_exc)}",
                               user_traceback(step_exc, path)) from None
-
     return tf.function(train_step, jit_compile=bool(model.jit_compile), reduce_retracing=True)
+
+
+def _trainable(model, path: Path):
+    """The model's tf.distribute strategy (None without one), once it is a compiled Keras model fit can train."""
+    if not hasattr(model, "train_step"):
+        raise TargetError(f"{path}: `model` must be a keras.Model, got {type(model).__name__}")
+    if getattr(model, "optimizer", None) is None:
+        raise TargetError(f"{path}: `model` is not compiled: call model.compile(optimizer=..., loss=...) first")
+    strategy = tfcompat.model_strategy(model)
+    workers = tfcompat.workers_in(strategy)
+    if workers > 1:
+        keras = tfcompat.keras_of(model)
+        raise CannotTest(f"Keras {keras.__version__} cannot train `model` under MultiWorkerMirroredStrategy with "
+                         f"{workers} workers: model.fit reduces a per-replica value eagerly before its first step, "
+                         f"and its train function reduces each scalar metric along axis 0, both of which raise "
+                         f"(tensorflow/tensorflow#72388). opbisect analyses what fit runs, and fit cannot run. "
+                         f"Give opbisect a tf.function `step` that calls strategy.run (the step form): --workers "
+                         f"runs it in every worker")
+    return strategy
 
 
 def _local(value):
@@ -300,21 +305,25 @@ def _signature(dataset) -> tuple:
     return tuple(spec) if isinstance(spec, (tuple, list)) else (spec,)
 
 
-def load_target(path: Path, step_name: str = "step", inputs_name: str = "inputs", argv: list[str] = (),
-                at: str = "", steps: int = 1, *contexts) -> Target:
-    """The target of `path`. The script always runs under the intercept's hooks (with `contexts`: the TensorFlow
-    setup), so it is never run to its end before opbisect knows what it is: a training call it makes is taken
-    (targets/intercept.py; `at` picks the call, `steps` the batches or calls taken), and a script that makes none is
-    the target contract where the names it defined have the contract's types. A script whose top level names the
-    contract (read, not run) runs as its own module, so its `if __name__ == "__main__"` block stays out, unless
-    `--at` asks for a training call of it as a script."""
+def load_target(script, *contexts, options=None) -> Target:
+    """The target of `script`. The script always runs under the intercept's hooks (with `contexts`: the TensorFlow
+    setup, seeds pinned), so it is never run to its end before opbisect knows what it is: a training call it makes
+    is taken (targets/intercept.py), and a script that makes none is the target contract where the names it defined
+    have the contract's types. `options` (a command's settings.StepOptions, and its `steps`): the contract's names,
+    the script's arguments, which training call (`at`) and how many steps it takes; by default the contract's
+    names, no arguments, the first call, one step. A script whose top level names the contract (read, not run)
+    runs as its own module, so its `if __name__ == "__main__"` block stays out, unless `at` asks for a training
+    call of it as a script."""
     from .script import MAIN, ScriptRunner
 
-    path = Path(path)
+    path = Path(script)
+    step_name, inputs_name = getattr(options, "step_name", "step"), getattr(options, "inputs_name", "inputs")
+    at = getattr(options, "at", "")
     contract = not at and intercept.defines_contract(path, step_name, inputs_name)
-    runner = ScriptRunner(path, argv, _module_name(path) if contract else MAIN)
+    runner = ScriptRunner(path, getattr(options, "script_args", ()), _module_name(path) if contract else MAIN)
     try:
-        caught = intercept.run_to_training(runner, intercept.Point.parse(at), steps, *contexts)
+        caught = intercept.run_to_training(runner, intercept.Point.parse(at), getattr(options, "steps", 1),
+                                           *contexts)
     except intercept.NoTrainingCall as exc:
         why = contract_mismatch(exc.names, step_name, inputs_name)
         if why:

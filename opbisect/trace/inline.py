@@ -41,99 +41,113 @@ def inline_calls(graph_def, graph, max_depth: int = 32):
     `graph` is the tf Graph that `graph_def` came from; it resolves called functions to their FuncGraphs.
     Library functions are kept (While/If bodies need them).
     """
-    from tensorflow.core.framework import graph_pb2
-
     origins = {n.name: Origin(graph, n.name) for n in graph_def.node}
     for _ in range(max_depth):
-        calls = [n for n in graph_def.node if optypes.has(n.op, optypes.CALL)]
-        if not calls:
+        flatter = _inline_once(graph_def, origins)
+        if flatter is None:  # no call left, or only opaque ones
             return graph_def, origins
-        out = graph_pb2.GraphDef()
-        out.versions.CopyFrom(graph_def.versions)
-        out.library.CopyFrom(graph_def.library)
-        rewire: dict[str, str] = {}  # "call:i" -> inner tensor now carrying that output
-        taken = {n.name for n in graph_def.node}
-        new_nodes, spliced = [], False
-        for node in graph_def.node:
-            if not optypes.has(node.op, optypes.CALL):
-                new_nodes.append(node)
-                continue
-            fname = node.attr["f"].func.name
-            inner = tfcompat.function_graph(origins[node.name].graph, fname)
-            if inner is None:  # a function we cannot see into (loaded from a SavedModel): leave it opaque
-                new_nodes.append(node)
-                continue
-            body, outputs = _splice(node, inner, taken, origins)
-            new_nodes.extend(body)
-            spliced = True
-            for i, spec in enumerate(outputs):
-                rewire[tensor_spec(node.name, i)] = spec
-        if not spliced:
-            return graph_def, origins  # only opaque calls remain
-        for node in new_nodes:
-            fixed = []
-            for spec in node.input:
-                name, idx, control = parse_input(spec)
-                fixed.append(spec if control else rewire.get(tensor_spec(name, idx), spec))
-            del node.input[:]
-            node.input.extend(fixed)
-        out.node.extend(new_nodes)
-        graph_def = out
+        graph_def = flatter
     raise RecursionError(f"function calls nested deeper than {max_depth} levels")
+
+
+def _inline_once(graph_def, origins: dict):
+    """`graph_def` with each call op it holds replaced by its body (one level), or None when none could be."""
+    from tensorflow.core.framework import graph_pb2
+
+    rewire: dict[str, str] = {}  # "call:i" -> inner tensor now carrying that output
+    taken = {n.name for n in graph_def.node}
+    new_nodes, spliced = [], False
+    for node in graph_def.node:
+        inner = None
+        if optypes.has(node.op, optypes.CALL):
+            inner = tfcompat.function_graph(origins[node.name].graph, node.attr["f"].func.name)
+        if inner is None:  # not a call, or a function we cannot see into (loaded from a SavedModel): kept
+            new_nodes.append(node)
+            continue
+        body, outputs = _splice(node, inner, taken, origins)
+        new_nodes.extend(body)
+        spliced = True
+        rewire.update({tensor_spec(node.name, i): spec for i, spec in enumerate(outputs)})
+    if not spliced:
+        return None
+    for node in new_nodes:
+        fixed = [_rewired(spec, rewire) for spec in node.input]
+        del node.input[:]
+        node.input.extend(fixed)
+    out = graph_pb2.GraphDef()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    out.node.extend(new_nodes)
+    return out
+
+
+def _rewired(spec: str, rewire: dict) -> str:
+    """An input spec pointing at a call's output, pointed at the body tensor that now carries it."""
+    name, idx, control = parse_input(spec)
+    return spec if control else rewire.get(tensor_spec(name, idx), spec)
+
+
+@dataclasses.dataclass
+class _Splice:
+    """One call being replaced: its arguments' sources, its control inputs and the body's new names."""
+
+    arg_map: dict  # argument placeholder in the body -> the call's data input feeding it
+    control_inputs: list
+    names: dict  # body node -> its name in the outer graph
 
 
 def _splice(call, inner, taken: set, origins: dict):
     """NodeDefs replacing `call`, and the specs of the tensors that carry its outputs."""
     from tensorflow.core.framework import node_def_pb2
 
-    prefix = call.name + "/"
     inner_gd = inner.as_graph_def()
     data_inputs = [s for s in call.input if not s.startswith("^")]
-    control_inputs = [s for s in call.input if s.startswith("^")]
-    arg_names = [t.op.name for t in inner.inputs]
-    arg_map = {name: data_inputs[i] for i, name in enumerate(arg_names)}
-
-    def renamed(name: str) -> str:
-        new = prefix + name
-        while new in taken:
-            new += "_"
-        return new
-
-    names = {n.name: renamed(n.name) for n in inner_gd.node if n.name not in arg_map}
-    taken.update(names.values())
+    arg_map = {t.op.name: data_inputs[i] for i, t in enumerate(inner.inputs)}
+    names = {n.name: _fresh_name(call.name + "/" + n.name, taken) for n in inner_gd.node if n.name not in arg_map}
+    where = _Splice(arg_map, [s for s in call.input if s.startswith("^")], names)
     body = []
     for n in inner_gd.node:
-        if n.name in arg_map:
-            continue
-        copy = node_def_pb2.NodeDef()
-        copy.CopyFrom(n)
-        copy.name = names[n.name]
-        inputs, from_inside = [], False
-        for spec in n.input:
-            name, idx, control = parse_input(spec)
-            if name in arg_map:
-                if not control:  # a control edge on an argument is implied by the data edge into the call
-                    inputs.append(arg_map[name])
-                continue
-            from_inside = True
-            inputs.append("^" + names[name] if control else tensor_spec(names[name], idx))
-        if not from_inside:  # an entry node of the body: nothing in a call runs before the call's control inputs
-            inputs.extend(control_inputs)
-        del copy.input[:]
-        copy.input.extend(inputs)
-        _recolocate(copy, names)
-        body.append(copy)
-        origins[copy.name] = Origin(inner, n.name)
-    outputs = []
-    for t in inner.outputs:
-        name = t.op.name
-        outputs.append(arg_map[name] if name in arg_map else tensor_spec(names[name], t.value_index))
+        if n.name not in arg_map:
+            body.append(_copied(n, where))
+            origins[body[-1].name] = Origin(inner, n.name)
+    outputs = [arg_map.get(t.op.name) or tensor_spec(names[t.op.name], t.value_index) for t in inner.outputs]
     # The call's name lives on as a NoOp after the whole body, so "^call" keeps its meaning.
     done = node_def_pb2.NodeDef(name=call.name, op="NoOp")
     done.input.extend("^" + n.name for n in body)
     body.append(done)
     origins[call.name] = Origin(origins[call.name].graph, call.name)
     return body, outputs
+
+
+def _fresh_name(name: str, taken: set) -> str:
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+def _copied(n, where: _Splice):
+    """A body node renamed into the outer graph, its argument inputs replaced by the call's inputs."""
+    from tensorflow.core.framework import node_def_pb2
+
+    copy = node_def_pb2.NodeDef()
+    copy.CopyFrom(n)
+    copy.name = where.names[n.name]
+    inputs, from_inside = [], False
+    for spec in n.input:
+        name, idx, control = parse_input(spec)
+        if name in where.arg_map:
+            if not control:  # a control edge on an argument is implied by the data edge into the call
+                inputs.append(where.arg_map[name])
+            continue
+        from_inside = True
+        inputs.append("^" + where.names[name] if control else tensor_spec(where.names[name], idx))
+    if not from_inside:  # an entry node of the body: nothing in a call runs before the call's control inputs
+        inputs.extend(where.control_inputs)
+    del copy.input[:]
+    copy.input.extend(inputs)
+    _recolocate(copy, where.names)
+    return copy
 
 
 def _recolocate(node, names: dict) -> None:

@@ -317,6 +317,16 @@ def mirrored_keys(variables: dict) -> list[list[str]]:
     return sorted(g for g in groups if len(g) > 1)
 
 
+@dataclasses.dataclass
+class _Body:
+    """One body of a loop or branch op: its attr suffix, its function's name, its FuncGraph, a loop's cond."""
+
+    suffix: str
+    function: str
+    graph: Any
+    cond: Any
+
+
 class Scope:
     """Adds the top-level graph, then each loop and branch body (any depth), to one OpGraph."""
 
@@ -337,7 +347,11 @@ class Scope:
             scratch = tf.Graph()
             with scratch.as_default():
                 tf.graph_util.import_graph_def(flat_gd, name="")
-        graph, nodes = self.graph, {n.name: n for n in flat_gd.node}
+        self._add_ops(region, scratch, {n.name: n for n in flat_gd.node}, origins, roles)
+        self._add_edges(region, scratch, resolve)
+        return scratch
+
+    def _add_ops(self, region: str, scratch, nodes: dict, origins: dict, roles: dict) -> None:
         for op in scratch.get_operations():
             user_site, lib_site = _site(origins.get(op.name), self.sites)
             extra = {}
@@ -345,14 +359,20 @@ class Scope:
                 extra = {k: int(op.get_attr(k)) for k in ("seed", "seed2") if k in op.node_def.attr}
             if region:
                 extra["region"] = region
-            graph.add_op(op_id(op.name, region), type=op.type, stateful=bool(op.op_def.is_stateful),
-                         outputs=[(t.dtype.name, str(t.shape)) for t in op.outputs],
-                         site=user_site, library_site=lib_site, device=op.device, role=roles.get(op.name, ""),
-                         attrs_digest=attrs_digest(nodes[op.name]), **extra)
+            self.graph.add_op(op_id(op.name, region), type=op.type, stateful=bool(op.op_def.is_stateful),
+                              outputs=[(t.dtype.name, str(t.shape)) for t in op.outputs],
+                              site=user_site, library_site=lib_site, device=op.device, role=roles.get(op.name, ""),
+                              attrs_digest=attrs_digest(nodes[op.name]), **extra)
+
+    def _add_edges(self, region: str, scratch, resolve) -> None:
+        """Data and control edges, and for each op the variables its resource inputs name."""
+        import tensorflow as tf
+
         # A collective's resource input orders it among the others: no state. The handle may also pass through
         # a branch or loop op to collectives in its body (MirroredStrategy's all-gather of sparse gradients).
         tokens = {handle_source(t).op.name for op in scratch.get_operations()
                   if optypes.has(op.type, optypes.COLLECTIVE) for t in op.inputs if t.dtype == tf.resource}
+        graph = self.graph
         for op in scratch.get_operations():
             me = op_id(op.name, region)
             for slot, t in enumerate(op.inputs):
@@ -369,7 +389,6 @@ class Scope:
                     res_dtypes[str(slot)] = self.variables[var].dtype.name
             graph.attrs(me)["resources"] = resources
             graph.attrs(me)["res_dtypes"] = res_dtypes
-        return scratch
 
     def enter_bodies(self, region: str, scratch, origins: dict, resolve) -> None:
         """Add the bodies of every loop and branch op of a scope, and theirs in turn."""
@@ -380,9 +399,10 @@ class Scope:
                 if inner is not None:
                     cond = tfcompat.function_graph(origin.graph, op.node_def.attr["cond"].func.name) \
                         if optypes.loops(op.type) else None
-                    self._enter(region, op, suffix, fname, inner, cond, resolve)
+                    self._enter(region, op, _Body(suffix, fname, inner, cond), resolve)
 
-    def _enter(self, parent: str, op, suffix: str, fname: str, inner, cond, resolve) -> None:
+    def _enter(self, parent: str, op, body: "_Body", resolve) -> None:
+        suffix, fname, inner, cond = body.suffix, body.function, body.graph, body.cond
         rid = f"{op_id(op.name, parent)}/{suffix}"
         body_gd, body_origins, traced = _flatten(inner)
         args = [t.op.name for t in inner.inputs]
