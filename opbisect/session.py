@@ -113,11 +113,18 @@ def across_processes(settings: TraceSettings) -> tuple[Record, dict]:
     verdict = facts.verdict(merged.default, merged.fit, info)
     if merged.facts.verdict.nondeterministic and not verdict.nondeterministic:
         verdict = merged.facts.verdict  # process 1 looked harder and kept what its first runs had seen
-    rows = [dataclasses.replace(r, observer_effect=r.affects_result and not verdict.nondeterministic) for r in rows]
+    rows = [dataclasses.replace(r, observer_effect=r.affects_result and not verdict.nondeterministic) for r in rows
+            if not _read_of_fresh_init(r, merged)]
     return dataclasses.replace(
         merged, meta=dataclasses.replace(merged.meta, processes=settings.processes),
         findings=merged.findings + found, processes=info, sources=rank(merged.sources + rows),
         facts=dataclasses.replace(merged.facts, verdict=verdict)), files
+
+
+def _read_of_fresh_init(row, record: Record) -> bool:
+    """A step-1 `state` row across processes where the fresh-process check already named the variables that start
+    apart, with their cause (its `init` rows): the row is one of their reads, said twice."""
+    return row.kind == "state" and row.first_step == 1 and any(s.kind == "init" for s in record.sources)
 
 
 def across_workers(settings: TraceSettings) -> Record:

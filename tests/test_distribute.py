@@ -445,17 +445,19 @@ def test_a_worker_still_running_after_another_finished_is_ended_and_cannot_test(
 
 
 def test_a_worker_that_fails_ends_the_wait_with_the_error_its_exit_code_names(tmp_path):
-    from opbisect.errors import CannotTest
+    from opbisect.execute.children import ChildFailed
     from opbisect.execute.workers import _end, _wait_all
 
     (tmp_path / "worker0.log").write_text("the worker's own account of why")
     failed = _python("import sys; sys.exit(125)")
     other = _python("import time; time.sleep(120)")
     try:
-        with pytest.raises(CannotTest, match="worker 0 of 2 failed"):
+        with pytest.raises(ChildFailed, match="worker 0 of 2 exited 125") as raised:
             _wait_all([failed, other], tmp_path, wait=60.0)
     finally:
         _end(other)
+    assert raised.value.exit_code == 125  # cannot test, as the worker said: the parent exits the same
+    assert "the worker's own account of why" in raised.value.shown
     assert other.returncode == -15
 
 

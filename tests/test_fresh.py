@@ -105,6 +105,19 @@ def test_state_batches_and_results_apart_are_told_apart():
     assert fresh.check(a, varying, 2, "unset").apart is False
 
 
+def test_a_process_that_numbered_keras_names_on_is_compared_variable_for_variable():
+    # this process made a `dense` before the script (a notebook, a test): the script's layer is dense_1 here
+    here = probe({"dense_1/kernel": "1", "sgd/iteration": "0"}, ["10"], [{"dense_1/kernel": "3", "sgd/iteration": "1"}])
+    alike = probe({"dense/kernel": "1", "sgd/iteration": "0"}, ["10"], [{"dense/kernel": "3", "sgd/iteration": "1"}])
+    assert not fresh.check(here, alike, None, "unset").apart  # not 'apart after step 1' for a name
+    other = probe({"dense/kernel": "9", "sgd/iteration": "0"}, ["10"], [{"dense/kernel": "3", "sgd/iteration": "1"}])
+    assert fresh.check(here, other, None, "unset").init == ["dense_1/kernel"]  # not hidden by the name
+    # two different variables are never paired by their order
+    swapped = probe({"sgd/iteration": "0", "dense/kernel": "1"}, ["10"], [{"sgd/iteration": "1", "dense/kernel": "3"}])
+    assert fresh.paired(here.initial, swapped.initial) == [("sgd/iteration", "sgd/iteration")]
+    assert fresh.check(here, swapped, None, "unset").first_differing_step == 1
+
+
 def test_the_experiment_tries_the_likeliest_source_first_and_stops_at_the_first_that_agrees():
     assert fresh.candidates(True)[0] == ["python"] and fresh.candidates(False)[0] == ["tensorflow"]
     singles = [c for c in fresh.candidates(True) if len(c) == 1]

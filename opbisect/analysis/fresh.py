@@ -10,6 +10,7 @@ in hash order (a vocabulary from a `set`), a pipeline that yields in timing orde
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from ..ir.optypes import KIND_REMEDIES
@@ -17,10 +18,26 @@ from ..ir.randomness import BY_NAME, SEED, SEEDED_BY_KERAS, SOURCES
 from ..record.model import Cause, FreshCheck, Made, Probe, Source
 from ..words import listed
 
+NUMBERED = re.compile(r"_\d+(?=/|$)")  # Keras' numbering of a name already taken: dense_1 after dense
+
+
+def paired(a: dict, b: dict) -> list[tuple[str, str]]:
+    """(key in a, key in b) of each variable both processes' steps read, in the order the step captures them: by
+    name; where the names differ only in Keras' numbering (a process that made a `dense` before the script, as a
+    notebook or a test does, names the script's `dense_1`), by that order."""
+    if set(a) != set(b) and len(a) == len(b) and all(NUMBERED.sub("", k) == NUMBERED.sub("", m) for k, m in zip(a, b)):
+        return list(zip(a, b))
+    return [(k, k) for k in a if k in b]
+
 
 def state_apart(a: Probe, b: Probe) -> list[str]:
-    """The variables whose value at the training call differs (of those both processes' steps read)."""
-    return sorted(k for k in set(a.initial) & set(b.initial) if a.initial[k] != b.initial[k])
+    """The variables whose value at the training call differs (of those both processes' steps read), by a's names."""
+    return sorted(k for k, m in paired(a.initial, b.initial) if a.initial[k] != b.initial[m])
+
+
+def _after_apart(a: dict, b: dict) -> bool:
+    pairs = paired(a, b)
+    return len(pairs) != max(len(a), len(b)) or any(a[k] != b[m] for k, m in pairs)
 
 
 def batches_apart(a: Probe, b: Probe) -> list[int]:
@@ -39,7 +56,7 @@ def first_result_apart(a: Probe, b: Probe, varies_from: int | None) -> int | Non
     too)."""
     last = min(a.steps, b.steps) if varies_from is None else min(a.steps, b.steps, varies_from - 1)
     for k in range(1, last + 1):
-        if a.after[k - 1] != b.after[k - 1] or a.outputs[k - 1] != b.outputs[k - 1]:
+        if _after_apart(a.after[k - 1], b.after[k - 1]) or a.outputs[k - 1] != b.outputs[k - 1]:
             return k
     return None
 
@@ -48,9 +65,10 @@ def check(mine: Probe, other: Probe, varies_from: int | None, hash_seed: str) ->
     init = state_apart(mine, other)
     batches = batches_apart(mine, other)
     first = None if init or batches else first_result_apart(mine, other, varies_from)
+    theirs = dict(paired(mine.initial, other.initial))
     return FreshCheck(hash_seed=hash_seed, init=init, batches=batches, first_differing_step=first,
                       steps=min(mine.steps, other.steps),
-                      created={k: other.created[k] for k in init if k in other.created})
+                      created={k: other.created[theirs[k]] for k in init if theirs[k] in other.created})
 
 
 BATCH_FIRST = ("tensorflow", "hash", "tfdata", "numpy", "python")  # what feeds batches, most often

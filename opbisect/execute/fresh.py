@@ -20,6 +20,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from .. import tfcompat
 from ..analysis import fresh as decide
 from ..errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 from ..ir.randomness import SEED
@@ -70,7 +71,9 @@ class FreshRun:
         call (the snapshot every run starts from), the batches, and one more plain run from there (restored as a
         fresh process starts the step: the seeded random ops at their start)."""
         snapshot = bench.start
-        initial = {k: v for k, v in zip(snapshot.keys, snapshot.saved) if k not in restart.variables}
+        saved = dict(zip(snapshot.keys, snapshot.saved))
+        # in the order the step captures them, as the other process's probe has them (analysis/fresh.paired)
+        initial = {k: saved[k] for k in trace.variables if k in saved and k not in restart.variables}
         batches = list(bench.feeder.run())
         snapshot.restore()
         variables = {k: v for k, v in trace.variables.items() if k in initial}
@@ -152,6 +155,8 @@ def probe(settings) -> int:
     creation = Creation(settings.script)
     with importable(settings.script):
         tensorflow = TensorFlowSetup(settings.device)
+        if settings.replica_limit:  # a rung of --replicas: the strategy as the rung's own process has it
+            tfcompat.limit_mirrored_strategies(settings.replica_limit)
         target = load_target(settings.script, tensorflow.watching(), *seeded(settings.seed), pinned(pins, SEED),
                              creation.recording(), options=settings)
         tensorflow.started()

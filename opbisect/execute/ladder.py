@@ -41,7 +41,11 @@ def run_ladder(settings, folder: Path, progress=print) -> list[RungRun]:
 
 
 def _rung(settings, out: Path, limit: int, extra: dict, progress) -> RungRun:
-    child = dataclasses.replace(settings, replicas="", replica_limit=limit, out=out, progress=False, html=False)
+    # The fresh-process check once, on the rung the script runs as written (all replicas, no NCCL settings): the
+    # other rungs ask about replicas, and their state at the training call is the full rung's.
+    fresh = settings.fresh and limit == 0 and not extra
+    child = dataclasses.replace(settings, replicas="", replica_limit=limit, out=out, progress=False, html=False,
+                                fresh=fresh)
     what = describe(limit, extra)
     record = trace_in_child(child, {**os.environ, **extra}, f"the rung {what}")
     if settings.progress:

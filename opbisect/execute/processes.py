@@ -21,7 +21,10 @@ def run_children(settings, folder: Path, progress=print) -> tuple[list, list[str
         env = dict(os.environ)
         env.setdefault("PYTHONHASHSEED", str(i + 1))
         seeds.append(env["PYTHONHASHSEED"])
-        child = dataclasses.replace(settings, processes=1, out=folder / f"process{i + 1}", progress=False, html=False)
+        # Process 1's fresh-process check names the variables that start apart and their cause; the other
+        # processes would only repeat it.
+        child = dataclasses.replace(settings, processes=1, out=folder / f"process{i + 1}", progress=False, html=False,
+                                    fresh=settings.fresh and i == 0)
         records.append(trace_in_child(child, env, f"process {i + 1} of {settings.processes}"))
         if settings.progress:
             progress(f"opbisect: process {i + 1}/{settings.processes} done (PYTHONHASHSEED={seeds[-1]})")
