@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import subprocess
 import sys
@@ -74,7 +75,66 @@ def trace(path: Path, out: Path, **settings) -> Traced:
     traced = Traced(code=code, csv=pd.read_csv(folder / "sources.csv"), lines=lines, record=store.load(folder),
                     csv_path=folder / "sources.csv")
     check_reproducers(folder, traced.record)
+    check_views(folder, traced.record, code)
     return traced
+
+
+COUNTED = ("kind", "first_step", "seen_across", "runs", "runs_differing", "distinct_values", "downstream_differing")
+
+
+def check_views(folder: Path, record, code: int) -> None:
+    """Every view of a record says what the record says, and nothing contradicts another line (issue 41): one verdict
+    and exit code; the same sources in the same order with the same counts in the record, sources.csv, report.json,
+    the text and the page; an op that never differed is no source; a deterministic verdict names no source that
+    reaches the step's result. Every trace a test makes is checked."""
+    import html as html_lib
+    import json
+    import re
+
+    from opbisect.report import answer
+
+    summary = json.loads((folder / "report.json").read_text())
+    text = (folder / "summary.txt").read_text().splitlines()
+    frame = pd.read_csv(folder / "sources.csv")
+    verdict = record.facts.verdict
+    assert code == verdict.exit_code == summary["verdict"]["exit_code"]
+    assert text[0].endswith(f"(exit {code})") and ("NONDETERMINISTIC" in text[0]) == verdict.nondeterministic
+    assert [x for x in text if x.startswith("verdict: ")][-1].startswith(
+        f"verdict: {'nondeterministic' if verdict.nondeterministic else 'deterministic'}, exit {code}")
+    ops = [s.op_name for s in record.sources]
+    assert list(frame["op_name"]) == ops == [s["op_name"] for s in summary["sources"]]
+    for s, (_, row), js in zip(record.sources, frame.iterrows(), summary["sources"]):
+        assert all(row[k] == getattr(s, k) == js[k] for k in COUNTED), (s.op_name, row.to_dict(), js)
+        assert s.distinct_values > 1 or s.kind in ("order", "init", "input"), f"{s.op_name} never differed"
+        assert not re.search(rf"{re.escape(s.op_name)} .*max \|diff\| 0[,;]", "\n".join(text))
+    if not verdict.nondeterministic:
+        assert all(s.observer_effect or not s.affects_result for s in record.sources)
+    found = answer.groups(record)
+    if any(not g.first.observer_effect for g in found):
+        assert f"{len(ops)} source(s) in {len(found)} finding(s)" in "\n".join(text)
+    page = folder / "report.html"
+    if page.exists():
+        dom = page.read_text()
+        assert f'data-exit-code="{code}"' in dom
+        rows = re.findall(r'<tr data-op="([^"]*)" data-rank="\d+" data-kind="[^"]*" data-count="(\d+)"', dom)
+        assert [html_lib.unescape(op) for op, _ in rows] == [g.first.op_name for g in found]
+        assert sum(int(n) for _, n in rows) == len(ops)
+        if ops:
+            assert f"{len(ops)} source(s) in {len(found)} finding(s)" in dom
+
+
+def check_answer(folder: Path, name: str) -> None:
+    """The first lines of a report's summary (the verdict, what differs, what to do, the next command) against
+    tests/gold/answers/NAME.txt, paths relative to the repository. OPBISECT_UPDATE_GOLD=1 writes them anew: read
+    the diff before committing it."""
+    lines = (folder / "summary.txt").read_text().splitlines()
+    head = [lines[0], *itertools.takewhile(lambda line: line.startswith("  "), lines[1:])]
+    said = "\n".join(head).replace(str(ROOT) + "/", "") + "\n"
+    gold = ROOT / "tests" / "gold" / "answers" / f"{name}.txt"
+    if os.environ.get("OPBISECT_UPDATE_GOLD"):
+        gold.parent.mkdir(exist_ok=True)
+        gold.write_text(said)
+    assert said == gold.read_text(), "the answer changed: look at it, then OPBISECT_UPDATE_GOLD=1 pytest ..."
 
 
 def check_reproducers(folder: Path, record) -> None:

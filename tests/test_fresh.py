@@ -17,7 +17,7 @@ import pytest
 from opbisect.analysis import fresh
 from opbisect.record.model import Cause, Made, Probe
 
-from conftest import EXAMPLES, ROOT, child_env
+from conftest import EXAMPLES, ROOT, check_answer, child_env
 
 CASES = {  # script: (its seeded twin's flag, the kind that differs, the cause the experiment must pin)
     "keras3_tutorial_seeds": ("--seeded", "init", ["python"]),
@@ -50,6 +50,7 @@ def test_trace_gives_the_fresh_runs_verdict_the_kind_and_the_cause(tmp_path, nam
     done = opbisect("trace", script, "--runs", "3", "--no-progress", "--no-replay", "--out", tmp_path)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     record = json.loads((tmp_path / name / "record.json").read_text())
+    check_answer(tmp_path / name, f"fresh_{name}")
     rows = [s for s in record["sources"] if s["seen_across"] == "processes"]
     assert rows and {s["kind"] for s in rows} == {kind}
     assert record["fresh"]["cause"]["sources"] == cause
@@ -67,6 +68,7 @@ def test_the_seeded_twin_is_clean_as_its_fresh_runs_are(tmp_path, name):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     record = json.loads((tmp_path / name / "record.json").read_text())
     assert record["fresh"]["error"] == "" and not record["fresh"]["init"] and not record["fresh"]["batches"]
+    check_answer(tmp_path / name, f"fresh_{name}_{twin.lstrip('-')}")
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from opbisect import report
 from opbisect.analysis import facts
 from opbisect.errors import RecordError
 from opbisect.ir.graph import OpGraph
@@ -31,7 +32,7 @@ from opbisect.record.model import (
 )
 from opbisect.report import csv, drawing, html, json_view, text
 
-from conftest import NOISE_STEP, write_script
+from conftest import NOISE_STEP, check_views, write_script
 
 GOLD = Path(__file__).parent / "gold"
 XHTML = "{http://www.w3.org/1999/xhtml}"
@@ -204,3 +205,32 @@ def test_trace_html_writes_the_page_beside_the_csv(tmp_path):
     root = parse((tmp_path / "reports" / "random_step" / "report.html").read_text())
     rows = [tr.get("data-op") for tr in by_id(root, "sources").iter(f"{XHTML}tr") if tr.get("data-op")]
     assert t.code == 1 and rows == list(t.csv["op_name"]) == ["noise/RandomUniform"]
+
+
+def _with_sources(record, *sources):
+    return dataclasses.replace(record, sources=[*record.sources, *sources])
+
+
+def _like(s, **changes):
+    return dataclasses.replace(s, **changes)
+
+
+@pytest.mark.parametrize("shape", ["one source", "two steps", "a group and an observer effect",
+                                   "a finding across processes"])
+def test_every_view_of_a_record_says_the_same(tmp_path, shape):
+    """conftest.check_views, which every traced test runs, on records the planted scripts do not make."""
+    record = literal_record(steps=2 if shape == "two steps" else 1)
+    s = record.sources[0]
+    if shape == "a group and an observer effect":
+        record = _with_sources(record, _like(s, rank=2, op_name="noise_1", distinct_values=2, runs_differing=1),
+                               _like(s, rank=3, op_name="noise_2", observer_effect=True))
+    if shape == "a finding across processes":
+        record = _with_sources(record, _like(s, rank=2, op_name="w", op_type="VarHandleOp", kind="init",
+                                             seen_across="processes", runs=2, distinct_values=2, runs_differing=1,
+                                             known_remedy="call keras.utils.set_random_seed(7)"))
+    folder = report.write(record, store.ReportFolder(tmp_path, "model_step").prepare(), html=True)
+    check_views(folder, record, record.facts.verdict.exit_code)
+    broken = (folder / "sources.csv").read_text().replace(",3,", ",4,", 1)  # one count changed in one view
+    (folder / "sources.csv").write_text(broken)
+    with pytest.raises(AssertionError):
+        check_views(folder, record, record.facts.verdict.exit_code)

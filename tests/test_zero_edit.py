@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import EXAMPLES, child_env, write_script
+from conftest import EXAMPLES, check_answer, child_env, write_script
 
 ZERO = EXAMPLES / "zero_edit"
 
@@ -40,6 +40,7 @@ def test_an_unmodified_script_gets_the_fresh_process_oracles_verdict(tmp_path, e
     record = json.loads((tmp_path / example / "record.json").read_text())
     assert record["meta"]["intercepted"]["where"].startswith(f"{example}.py:")
     assert record["sources"] == []
+    check_answer(tmp_path / example, f"zero_edit_{example}")
 
 
 def test_the_racy_script_is_named_at_its_scatter_as_the_oracle_sees_it_vary(tmp_path):

@@ -43,7 +43,7 @@ class Group:
 def groups(record: Record) -> list[Group]:
     found: dict[tuple, Group] = {}
     for s in record.sources:  # ranked: a group is where its best-ranked source is
-        key = (s.kind, s.op_type, s.known_remedy, s.seen_across)
+        key = (s.kind, s.op_type, s.known_remedy, s.seen_across, s.observer_effect)
         found.setdefault(key, Group([])).sources.append(s)
     return list(found.values())
 

@@ -290,8 +290,9 @@ def sources_lines(record: Record) -> list[str]:
             if bound is not None else " "
         return [f"no source found: nothing differed in {record.runs} runs;{odds}a race that fires more rarely can hide "
                 f"(more --runs look harder)"]
-    mine = [g for g in answer.groups(record) if not g.first.observer_effect]
-    shown = [f"{len(record.sources)} source(s) in {len(mine)} finding(s), ranked (what to fix first):"] if mine else []
+    found = answer.groups(record)
+    mine = [g for g in found if not g.first.observer_effect]
+    shown = [f"{len(record.sources)} source(s) in {len(found)} finding(s), ranked (what to fix first):"] if mine else []
     for g in mine:
         shown += source_lines(record, g.first, g.sources[1:])
     capture = [s for s in record.sources if s.observer_effect]
