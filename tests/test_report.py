@@ -140,6 +140,18 @@ def test_html_matches_its_gold_file():
     assert page == gold.read_text(), "the HTML changed: look at it, then OPBISECT_UPDATE_GOLD=1 pytest ..."
 
 
+@pytest.mark.parametrize("reporter", report.reporters(html=False), ids=lambda r: r.filename)
+def test_each_view_of_a_record_matches_its_gold_file(reporter):
+    """sources.csv, summary.txt and report.json of one literal record, as coverage.py's Reporters are tested: a change
+    to what a user reads is a diff to look at (the page has its own gold file above)."""
+    said = reporter.render(literal_record(steps=2))
+    gold = GOLD / "views" / reporter.filename
+    if os.environ.get("OPBISECT_UPDATE_GOLD"):
+        gold.parent.mkdir(exist_ok=True)
+        gold.write_text(said)
+    assert said == gold.read_text(), f"{reporter.filename} changed: look at it, then OPBISECT_UPDATE_GOLD=1 pytest ..."
+
+
 def test_drawings_are_reproducible_svg():
     record = literal_record()
     graph = OpGraph.from_json(record.graph)
