@@ -152,6 +152,45 @@ def test_each_view_of_a_record_matches_its_gold_file(reporter):
     assert said == gold.read_text(), f"{reporter.filename} changed: look at it, then OPBISECT_UPDATE_GOLD=1 pytest ..."
 
 
+def literal_fix():
+    """A fix of two rounds (an init cause pinned by experiment, then a race patched) whose user's test agreed, and
+    the verify behind its recommendation."""
+    from opbisect.record.fixing import Fix, Recommendation, Round, UserTest
+    from opbisect.record.verification import GLOBAL, PATCHED, PLAIN, Variant, Verification, decide
+
+    variants = [Variant(name=PLAIN, how="as written", runs=5, distinct=5, step_ms=10.0, timed=20, ratio=1.0),
+                Variant(name=PATCHED, how="the patch", runs=5, distinct=1, step_ms=10.4, timed=20, ratio=1.04,
+                        ratio_low=1.01, ratio_high=1.08, max_abs_diff=2e-7, max_ulp=3, patched=True),
+                Variant(name=GLOBAL, how="enable_op_determinism", runs=5, distinct=1, step_ms=31.0, timed=20,
+                        ratio=3.1, ratio_low=2.9, ratio_high=3.3, max_abs_diff=2e-7, max_ulp=3)]
+    verification = Verification(script="train.py", script_path="/w/train.py", device="CPU", patch="patch.csv",
+                                runs=5, replaced=["embedding/ResourceScatterAdd"], skipped={}, renamed={},
+                                not_ops={}, plain_spread=0.02, variants=variants, recommendation=decide(variants))
+    rounds = [Round(1, 1, [], [], ["init: dense/kernel", "embedding/ResourceScatterAdd"],
+                    ["init: dense/kernel", "embedding/ResourceScatterAdd"], 12.5, "round1/train", runs=5,
+                    cause=["python"]),
+              Round(2, 0, [], ["embedding/ResourceScatterAdd"], [], [], 9.0, "round2/train", runs=5, seed="7")]
+    test = UserTest(command="opbisect run --patch patch.csv --seed 7 train.py", steps=10, ran=[10, 10], agreed=True,
+                    final=["ab12", "ab12"])
+    fix = Fix(script="train.py", script_path="/w/train.py", form="fit", rounds=rounds, stopped="REPRODUCIBLE",
+              why="the script is bitwise reproducible with everything found applied", switches=[], verify="verify",
+              recommendation=Recommendation(variant=PATCHED, patch="patch.csv", seed="7", ratio=1.04),
+              lines=["keras.utils.set_random_seed(7)"], test=test)
+    return fix, verification
+
+
+@pytest.mark.parametrize("view", ["fix", "verify"])
+def test_fix_and_verify_summaries_match_their_gold_files(view):
+    from opbisect.report import fix_view, verify_view
+
+    fix, verification = literal_fix()
+    said = "\n".join(fix_view.lines(fix) if view == "fix" else verify_view.lines(verification)) + "\n"
+    gold = GOLD / "views" / f"{view}_summary.txt"
+    if os.environ.get("OPBISECT_UPDATE_GOLD"):
+        gold.write_text(said)
+    assert said == gold.read_text(), f"{view}'s summary changed: look at it, then OPBISECT_UPDATE_GOLD=1 pytest ..."
+
+
 def test_drawings_are_reproducible_svg():
     record = literal_record()
     graph = OpGraph.from_json(record.graph)
