@@ -54,6 +54,12 @@ class Traced:
         return self.csv[self.csv["op_name"] == op_name].iloc[0].to_dict()
 
 
+def pytest_collection_modifyitems(items):
+    from tiers import mark
+
+    mark(items)
+
+
 def write_script(folder: Path, name: str, body: str) -> Path:
     path = folder / f"{name}.py"
     path.write_text(HEADER + textwrap.dedent(body))

@@ -153,3 +153,15 @@ def test_a_long_function_and_a_wide_one_are_found(tmp_path):
                                   f"\n\nclass C:\n    def fine(self, a, b, c, d, e, f):\n        pass\n")
     assert _oversized(package) == ["opbisect/a.py:long (42 lines, 0 parameters)",
                                    "opbisect/a.py:wide (2 lines, 7 parameters)"]
+
+
+def test_a_test_that_starts_a_process_through_a_helper_is_in_the_end_to_end_tier(tmp_path):
+    from tiers import starts_a_process
+
+    planted = tmp_path / "test_planted.py"
+    planted.write_text("def _trace(s):\n    return cli('trace', s)\n\n\n"
+                       "def _twice(s):\n    return [_trace(s), _trace(s)]\n\n\n"
+                       "def test_far(tmp_path):\n    _twice('x.py')\n\n\n"
+                       "def test_child():\n    subprocess.run(['python'])\n\n\n"
+                       "def test_pure():\n    assert sum([1]) == 1\n")
+    assert [starts_a_process(planted, t) for t in ("test_far", "test_child", "test_pure")] == [True, True, False]

@@ -97,6 +97,7 @@ def test_a_finding_groups_its_sources_and_folds_each_of_them(pages):
     assert len(header) <= 8
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium here (apt-get install chromium)")
 @pytest.mark.parametrize("kind", ["trace", "fresh", "fix"])
 def test_a_page_fits_a_1300_pixel_window_in_a_browser(pages, kind, tmp_path):

@@ -230,6 +230,7 @@ def test_record_round_trips_through_its_store_and_bad_records_are_refused():
             store.from_json(broken)
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(not shutil.which("chromium"), reason="no headless Chromium here (apt-get install chromium)")
 def test_html_renders_in_a_headless_browser(tmp_path):
     page = tmp_path / "report.html"

@@ -43,6 +43,7 @@ def test_an_unmodified_script_gets_the_fresh_process_oracles_verdict(tmp_path, e
     check_answer(tmp_path / example, f"zero_edit_{example}")
 
 
+@pytest.mark.races
 def test_the_racy_script_is_named_at_its_scatter_as_the_oracle_sees_it_vary(tmp_path):
     script = ZERO / "racy_embedding_loop.py"
     sources = pd.DataFrame()
