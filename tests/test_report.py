@@ -152,6 +152,25 @@ def test_each_view_of_a_record_matches_its_gold_file(reporter):
     assert said == gold.read_text(), f"{reporter.filename} changed: look at it, then OPBISECT_UPDATE_GOLD=1 pytest ..."
 
 
+@pytest.mark.parametrize("op_type, kind, fixes", [("ResourceScatterAdd", "op", True), ("PyFunc", "op", False),
+                                                   ("RandomUniform", "random", True)])
+def test_the_answer_sends_to_fix_only_what_fix_can_apply(op_type, kind, fixes, monkeypatch):
+    """A scatter has a patch and an unseeded random op a seed: `opbisect fix` is the next command. A numpy_function's
+    own Python has neither: the answer is its remedy, not a fix that would end where it began."""
+    from opbisect.patches.registry import PATCHES
+    from opbisect.report import answer
+
+    monkeypatch.delitem(PATCHES, "PyFunc", raising=False)  # test_rounds' planted patch, where it ran here
+
+    record = literal_record()
+    record.sources[0] = dataclasses.replace(record.sources[0], op_type=op_type, kind=kind,
+                                            known_remedy="fix the Python function" if op_type == "PyFunc" else "")
+    said = answer.answer(record)
+    assert (said.next == "opbisect fix model_step.py") == fixes
+    assert ("opbisect fix` replaces only these ops" in said.do) == (op_type == "ResourceScatterAdd")
+    assert said.do == "fix the Python function" or op_type != "PyFunc"
+
+
 def literal_fix():
     """A fix of two rounds (an init cause pinned by experiment, then a race patched) whose user's test agreed, and
     the verify behind its recommendation."""

@@ -128,14 +128,20 @@ def test_a_source_a_seed_fixes_gets_the_seed_and_the_users_test_agrees(tmp_path)
     assert not (tmp_path / "r" / "noise-fix" / "patch.csv").exists()  # nothing to patch: no patch file
 
 
-def test_a_source_no_patch_and_no_seed_fixes_stops_the_fix_with_exit_1(tmp_path):
-    # state the step reads that no variable holds, different in every run: kind state, no patch, no seed
+def test_a_source_no_patch_and_no_seed_fixes_stops_the_fix_with_exit_1(tmp_path, monkeypatch):
+    from opbisect.patches.registry import PATCHES
+
+    monkeypatch.delitem(PATCHES, "PyFunc", raising=False)  # HIDDEN_BEHIND's planted patch, where it ran here
+    # a numpy_function's own Python draws anew in every run: no patch replaces it, no seed reaches it
     script = write_script(tmp_path, "drift", NOISE_STEP.replace("tf.random.uniform([4], name=\"noise\")",
                                                                  "tf.numpy_function(lambda: np.random.default_rng()"
                                                                  ".random(4, np.float32), [], tf.float32)"))
     assert _fix(script, tmp_path / "r") == 1
     fix = json.loads((tmp_path / "r" / "drift-fix" / "fix.json").read_text())
-    assert fix["stopped"] in ("NO_REMEDY", "NOTHING_NEW", "MAX_ROUNDS") and fix["recommendation"] is None
+    # round 2 tried the patch and nothing could replace the op: the stop names it and its own remedy
+    assert (fix["stopped"], fix["recommendation"]) == ("NO_REMEDY", None)
+    assert fix["rounds"][1]["patched"] == [] and fix["rounds"][1]["sources"] == fix["rounds"][0]["sources"]
+    assert "fix the Python function" in fix["why"]
     assert fix["test"] is None
 
 

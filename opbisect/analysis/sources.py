@@ -119,10 +119,16 @@ def patchable(s: Source) -> bool:
     return s.kind not in KIND_REMEDIES
 
 
+def replaceable(s: Source) -> bool:
+    """An op's own variation that opbisect's patch or a family switch replaces (`fix`'s next round applies it).
+    Another (a numpy_function's Python code) keeps its own remedy: no round or patch changes it."""
+    return patchable(s) and (has_rewrite(s.op_type) or bool(switch_of(s.op_type)))
+
+
 def spreads_behind(s: Source) -> bool:
     """A source with a fix whose difference reaches other ops: a source behind it cannot show until it is fixed
     (`opbisect fix`'s next round applies the fix; the trace's note says how to look behind it)."""
-    return patchable(s) and s.downstream_differing > 0 and (has_rewrite(s.op_type) or bool(switch_of(s.op_type)))
+    return replaceable(s) and s.downstream_differing > 0
 
 
 _HIDDEN = "cannot show here"  # the note's mark: a child's record carries one that names its temporary folder

@@ -58,7 +58,7 @@ class FixDriver:
             self._patch(decision)
             plan = decision.plan
         verification = self.verify() if plan.ops else None
-        rec = decide.recommendation(plan, verification, str(self.final / FIX_CSV_NAME))
+        rec = decide.recommendation(plan, verification, str(self.final / FIX_CSV_NAME), decision.stop)
         fix = Fix(script=str(self.settings.script), script_path=str(self.settings.script.resolve()), form=self.form,
                   rounds=self.rounds, stopped=decision.stop.name, why=decision.why, switches=list(plan.switches),
                   verify=f"verify/{self.settings.script.stem}-verify" if verification else "",

@@ -88,7 +88,9 @@ def decide(plan: RoundPlan, record: Record, max_rounds: int) -> Decision:
     seed, env = seeding(record, plan)
     applies = bool(new) or seed != plan.seed or env != dict(plan.env)
     if not applies:
-        others = [s for s in record.sources if not patchable(s)]
+        # a kind no patch fixes, or an op this round was to patch and could not (no patch for it is registered
+        # where the script runs: a numpy_function's own Python): each with its own remedy
+        others = [s for s in record.sources if not patchable(s) or s.op_name not in record.meta.patched]
         if others:
             said = "; ".join(f"{s.op_name} (kind {s.kind}: {s.known_remedy})" for s in others[:3])
             return Decision(None, Stop.NO_REMEDY, f"{Stop.NO_REMEDY.value}: {said}")
@@ -107,10 +109,14 @@ def family_switches(plan: RoundPlan, new: list[Source]) -> tuple[str, ...]:
     return tuple(sorted(set(plan.switches) | needed))
 
 
-def recommendation(plan: RoundPlan, verification: Verification | None, patch_csv: str) -> Recommendation | None:
+def recommendation(plan: RoundPlan, verification: Verification | None, patch_csv: str,
+                   stop: Stop) -> Recommendation | None:
     """What to recommend once the rounds ended: verify's cheapest bitwise reproducible variant where ops were patched,
-    with the plan's seed and environment; the seed and environment alone where nothing needed patching."""
+    with the plan's seed and environment; the seed and environment alone where nothing needed patching and the last
+    round was reproducible (none where it was not: the user's test would only find what the rounds found)."""
     env = dict(plan.env)
+    if not plan.ops and stop is not Stop.REPRODUCIBLE:
+        return None
     if not plan.ops:
         variant = SEEDED if plan.seed or env else AS_WRITTEN
         return Recommendation(variant=variant, seed=plan.seed, env=env)

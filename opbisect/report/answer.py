@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
-from ..analysis.sources import patchable
+from ..analysis.sources import patchable, replaceable
 from ..record.model import Record, Source
 from ..words import listed
 
@@ -64,7 +64,10 @@ def answer(record: Record) -> Answer:
         group = next(g for g in groups(record) if g.first.seen_across == "processes")
         return Answer(verdict, v.exit_code, _apart(record), group.first.known_remedy, command(record, "fix"))
     if record.sources:
-        return Answer(verdict, v.exit_code, _varies(record), _remedy(record), command(record, "fix"))
+        # fix applies patches, switches and seeds; an op none replaces (a numpy_function's Python) is the user's edit
+        fixable = any(replaceable(s) or not patchable(s) for s in record.sources)
+        return Answer(verdict, v.exit_code, _varies(record), _remedy(record),
+                      command(record, "fix") if fixable else "")
     if fresh is not None and fresh.first_differing_step:
         return Answer(verdict, v.exit_code, f"Your two runs start alike but differ after step "
                       f"{fresh.first_differing_step}: an op gives other results in another process (cuDNN "
@@ -102,7 +105,7 @@ def _varies(record: Record) -> str:
 
 
 def _remedy(record: Record) -> str:
-    ops = [s for s in record.sources if patchable(s)]
+    ops = [s for s in record.sources if replaceable(s)]
     if ops:
         return ("`opbisect fix` replaces only these ops with deterministic ones and checks that two fresh runs "
                 "agree; `tf.config.experimental.enable_op_determinism()` fixes them too, at its cost")

@@ -62,8 +62,8 @@ def round_line(r: Round) -> str:
     if r.exit_code == 0:
         return f"round {r.number} ({did}): bitwise reproducible, {r.seconds} s"
     cause = f"; cause pinned by experiment: {', '.join(r.cause)}" if r.cause else ""
-    return f"round {r.number} ({did}): {len(r.sources)} source(s), {len(r.new)} new: {listed(r.new)}{cause}, " \
-           f"{r.seconds} s"
+    new = f"{len(r.new)} new: {listed(r.new)}" if r.new else "none new"
+    return f"round {r.number} ({did}): {len(r.sources)} source(s), {new}{cause}, {r.seconds} s"
 
 
 def lines(fix: Fix, folder: Path | None = None) -> list[str]:
