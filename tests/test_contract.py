@@ -349,6 +349,40 @@ def test_git_bisect_run_finds_the_commit_that_made_the_step_nondeterministic_and
     assert f"# skip: [{shas[2]}]" in log  # the broken revision exited 125
 
 
+def test_git_bisect_run_with_fix_finds_the_commit_no_fix_can_mend(tmp_path):
+    """`git bisect run opbisect fix`: exit 0 where the fix makes the script reproducible (an unseeded random op: a
+    seed), 1 where nothing it can apply does (a numpy_function's own unseeded Python), each revision's fix folder
+    replacing the last in the one --out."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    clean = PLANTED.format(vary_on="set()")
+    noise = "w.assign_add(tf.ensure_shape(y, [4]) + tf.random.uniform([4]))"
+    python = "w.assign_add(tf.ensure_shape(y, [4]) + tf.numpy_function(lambda: np.random.default_rng().random(4, " \
+             "np.float32), [], tf.float32))"
+    update = "w.assign_add(tf.ensure_shape(y, [4]))"
+    history = [("deterministic step", clean),
+               ("an unseeded random op: a seed mends it", clean.replace(update, noise)),
+               ("unseeded Python in the step", clean.replace(update, python)),
+               ("more", clean.replace(update, python.replace("[4]) +", "[4]) * 2 +")))]
+    shas = []
+    for message, body in history:
+        write_script(repo, "model_step", body)
+        _git(repo, "add", "model_step.py")
+        _git(repo, "commit", "-q", "-m", message)
+        shas.append(_git(repo, "rev-parse", "HEAD").strip())
+    _git(repo, "bisect", "start", shas[-1], shas[0])
+    run = subprocess.run(["git", "bisect", "run", sys.executable, "-m", "opbisect", "fix", "model_step.py",
+                          "--runs", "3", "--verify-runs", "3", "--timing-runs", "5", "--no-progress",
+                          "--out", str(tmp_path / "reports")], cwd=repo,
+                         capture_output=True, text=True, env=child_env(), timeout=1500)
+    assert f"{shas[2]} is the first bad commit" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
+    fixes = list((tmp_path / "reports").iterdir())
+    assert [f.name for f in fixes] == ["model_step-fix"]  # one folder, the last revision's, whole: no staging left
+    last = json.loads((fixes[0] / "fix.json").read_text())
+    assert last["stopped"] in ("REPRODUCIBLE", "NO_REMEDY") and (fixes[0] / "summary.txt").exists()
+
+
 def test_a_step_that_returns_nothing_gets_a_verdict(run_step):
     t = run_step("""
         w = tf.Variable(tf.ones([4]), name="w")
