@@ -4,10 +4,13 @@ functions (they hide a circle from Python, not from a reader)."""
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "opbisect"
 
@@ -165,3 +168,24 @@ def test_a_test_that_starts_a_process_through_a_helper_is_in_the_end_to_end_tier
                        "def test_child():\n    subprocess.run(['python'])\n\n\n"
                        "def test_pure():\n    assert sum([1]) == 1\n")
     assert [starts_a_process(planted, t) for t in ("test_far", "test_child", "test_pure")] == [True, True, False]
+
+
+def _text_lines(root: Path) -> dict[str, int]:
+    """Lines of each tracked text file (a file holding a NUL byte is binary: no lines)."""
+    names = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+    counts = {}
+    for name in filter(None, names.decode().split("\0")):
+        path = root / name
+        data = path.read_bytes() if path.is_file() else b""
+        counts[name] = 0 if b"\0" in data else data.count(b"\n")
+    return counts
+
+
+def test_the_reports_are_at_most_a_quarter_of_the_tracked_lines():
+    """The repository is the product: generated reports are a small gallery, the campaigns' outputs in history."""
+    root = PACKAGE.parent
+    if not (root / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("not a git checkout")
+    lines = _text_lines(root)
+    reports = sum(n for name, n in lines.items() if name.startswith("reports/"))
+    assert reports <= sum(lines.values()) / 4, f"reports/: {reports} of {sum(lines.values())} tracked lines"
