@@ -166,8 +166,13 @@ def test_a_test_that_starts_a_process_through_a_helper_is_in_the_end_to_end_tier
                        "def _twice(s):\n    return [_trace(s), _trace(s)]\n\n\n"
                        "def test_far(tmp_path):\n    _twice('x.py')\n\n\n"
                        "def test_child():\n    subprocess.run(['python'])\n\n\n"
-                       "def test_pure():\n    assert sum([1]) == 1\n")
-    assert [starts_a_process(planted, t) for t in ("test_far", "test_child", "test_pure")] == [True, True, False]
+                       "def test_pure():\n    assert sum([1]) == 1\n\n\n"
+                       "def rounds(tmp_path):\n    return main(['fix', 's.py'])\n\n\n"
+                       "def test_fixture(rounds):\n    assert rounds == 0\n\n\n"
+                       "def test_fresh_check(capsys):\n    run_main(capsys, 'trace', 's.py')\n\n\n"
+                       "def test_in_process(capsys):\n    run_main(capsys, 'trace', 's.py', '--no-fresh-check')\n")
+    tests = ("test_far", "test_child", "test_pure", "test_fixture", "test_fresh_check", "test_in_process")
+    assert [starts_a_process(planted, t) for t in tests] == [True, True, False, True, True, False]
 
 
 def _text_lines(root: Path) -> dict[str, int]:
