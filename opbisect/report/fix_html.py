@@ -41,7 +41,8 @@ def _rounds(fix: Fix) -> str:
         f"</code></a></td></tr>" for r in fix.rounds)
     return ("<h2>Rounds</h2><p>Each round traces the script with everything the rounds before it found applied: a "
             "source hides the sources after it.</p><div class=\"scroll\"><table><tr><th>round</th><th>runs</th>"
-            "<th>applied</th><th>ops patched</th><th>sources</th><th>new</th><th>seconds</th><th>report</th></tr>"
+            "<th>switches, seed</th><th>ops patched</th><th>sources</th><th>new</th><th>seconds</th><th>report</th>"
+            "</tr>"
             f"{rows}</table></div><p data-stopped=\"{escape(fix.stopped)}\">Rounds ended: {escape(fix.why)}.</p>")
 
 
@@ -52,8 +53,10 @@ def _test(fix: Fix) -> str:
     said = "agree bit for bit" if t.agreed else (t.error or (
         f"differ {'at the training call' if t.first_apart == 0 else f'after step {t.first_apart}'}: "
         + ", ".join(t.apart[:8])))
-    return (f'<h2>The user\'s test</h2><p data-agreed="{str(t.agreed).lower()}">Two fresh runs of '
-            f"<code>{escape(t.command)}</code>, "
+    # a script's test is a command to copy; the target contract's, two processes of its step (said in words)
+    runs = (f"Two fresh runs of <code>{escape(t.command)}</code>" if "opbisect " in t.command
+            else escape(t.command[:1].upper() + t.command[1:]))
+    return (f'<h2>The user\'s test</h2><p data-agreed="{str(t.agreed).lower()}">{runs}, '
             + (f"{t.steps} training steps each" if t.steps else "each to the script's end")
             + f": {escape(said)}.</p>")
 
