@@ -322,10 +322,23 @@ def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True, env=env).stdout
 
 
-def test_git_bisect_run_finds_the_commit_that_made_the_step_nondeterministic_and_skips_a_broken_one(tmp_path):
-    repo = tmp_path / "repo"
+def _bisecting(repo: Path, history: list[tuple[str, str]]) -> list[str]:
+    """A repository with one commit of model_step.py per (message, body), bisect started between the first (good)
+    and the last (bad): the commits' shas."""
     repo.mkdir()
     _git(repo, "init", "-q", "-b", "main")
+    shas = []
+    for message, body in history:
+        write_script(repo, "model_step", body)
+        _git(repo, "add", "model_step.py")
+        _git(repo, "commit", "-q", "-m", message)
+        shas.append(_git(repo, "rev-parse", "HEAD").strip())
+    _git(repo, "bisect", "start", shas[-1], shas[0])
+    return shas
+
+
+def test_git_bisect_run_finds_the_commit_that_made_the_step_nondeterministic_and_skips_a_broken_one(tmp_path):
+    repo = tmp_path / "repo"
     clean = PLANTED.format(vary_on="set()")
     history = [("deterministic step", clean), ("tune", clean.replace("tf.ones([4])", "tf.ones([4]) * 2.0")),
                ("a broken revision", clean.replace("def step(x):", "def step(x:")),
@@ -334,13 +347,7 @@ def test_git_bisect_run_finds_the_commit_that_made_the_step_nondeterministic_and
                                                 "w.assign_add(tf.ensure_shape(y, [4]) + tf.random.uniform([4]))")),
                ("more", clean.replace("w.assign_add(tf.ensure_shape(y, [4]))",
                                       "w.assign_add(tf.ensure_shape(y, [4]) + tf.random.uniform([4]) * 0.5)"))]
-    shas = []
-    for message, body in history:
-        write_script(repo, "model_step", body)
-        _git(repo, "add", "model_step.py")
-        _git(repo, "commit", "-q", "-m", message)
-        shas.append(_git(repo, "rev-parse", "HEAD").strip())
-    _git(repo, "bisect", "start", shas[-1], shas[0])
+    shas = _bisecting(repo, history)
     run = subprocess.run(["git", "bisect", "run", sys.executable, "-m", "opbisect", "trace", "model_step.py",
                           "--runs", "3", "--no-progress", "--out", str(tmp_path / "reports")], cwd=repo,
                          capture_output=True, text=True, env=child_env(), timeout=900)
@@ -354,8 +361,6 @@ def test_git_bisect_run_with_fix_finds_the_commit_no_fix_can_mend(tmp_path):
     seed), 1 where nothing it can apply does (a numpy_function's own unseeded Python), each revision's fix folder
     replacing the last in the one --out."""
     repo = tmp_path / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
     clean = PLANTED.format(vary_on="set()")
     noise = "w.assign_add(tf.ensure_shape(y, [4]) + tf.random.uniform([4]))"
     python = "w.assign_add(tf.ensure_shape(y, [4]) + tf.numpy_function(lambda: np.random.default_rng().random(4, " \
@@ -365,13 +370,7 @@ def test_git_bisect_run_with_fix_finds_the_commit_no_fix_can_mend(tmp_path):
                ("an unseeded random op: a seed mends it", clean.replace(update, noise)),
                ("unseeded Python in the step", clean.replace(update, python)),
                ("more", clean.replace(update, python.replace("[4]) +", "[4]) * 2 +")))]
-    shas = []
-    for message, body in history:
-        write_script(repo, "model_step", body)
-        _git(repo, "add", "model_step.py")
-        _git(repo, "commit", "-q", "-m", message)
-        shas.append(_git(repo, "rev-parse", "HEAD").strip())
-    _git(repo, "bisect", "start", shas[-1], shas[0])
+    shas = _bisecting(repo, history)
     run = subprocess.run(["git", "bisect", "run", sys.executable, "-m", "opbisect", "fix", "model_step.py",
                           "--runs", "3", "--verify-runs", "3", "--timing-runs", "5", "--no-progress",
                           "--out", str(tmp_path / "reports")], cwd=repo,
