@@ -87,8 +87,7 @@ def _experiment(settings: TraceSettings, started: float, probe=None) -> tuple[Re
     lap = Laps()
 
     def setup(tf):
-        if settings.replica_limit:  # a rung of --replicas
-            tfcompat.limit_mirrored_strategies(settings.replica_limit)
+        tfcompat.limit_mirrored_strategies(settings.replica_limit)  # a rung of --replicas
 
     step = prepare(settings, setup, lap, contexts=seeded(settings.seed))
     experiment = Experiment(settings, step, lap)

@@ -335,7 +335,10 @@ def workers_in(strategy) -> int:
 def limit_mirrored_strategies(replicas: int) -> None:
     """From now on, every MirroredStrategy this process makes runs on at most its first `replicas` devices, however
     the script names them (a list, or none: every GPU). The limit sits on the strategy's own device set-up, which
-    every way of making one passes through, so no import alias of the user's can miss it."""
+    every way of making one passes through, so no import alias of the user's can miss it. 0: no limit (the script
+    as written: every process but a rung of --replicas)."""
+    if not replicas:
+        return
     from tensorflow.python.distribute import mirrored_strategy
 
     extended = mirrored_strategy.MirroredExtended

@@ -155,8 +155,7 @@ def probe(settings) -> int:
     creation = Creation(settings.script)
     with importable(settings.script):
         tensorflow = TensorFlowSetup(settings.device)
-        if settings.replica_limit:  # a rung of --replicas: the strategy as the rung's own process has it
-            tfcompat.limit_mirrored_strategies(settings.replica_limit)
+        tfcompat.limit_mirrored_strategies(settings.replica_limit)  # a rung of --replicas, as its own process has it
         target = load_target(settings.script, tensorflow.watching(), *seeded(settings.seed), pinned(pins, SEED),
                              creation.recording(), options=settings)
         tensorflow.started()
