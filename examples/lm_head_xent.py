@@ -7,7 +7,11 @@ On a CPU the sizes are smaller, so the script runs anywhere.
 
 Run: opbisect trace examples/lm_head_xent.py
      opbisect verify examples/lm_head_xent.py --patch reports/lm_head_xent/sources.csv
+     opbisect verify examples/lm_head_xent.py --patch PATCH -- --vocab 8192 --dim 256 --batch 32 --seq 256
+(other shapes give the same graph, node names included, so one patch serves every shape)
 """
+
+import argparse
 
 import keras
 import numpy as np
@@ -15,7 +19,13 @@ import tensorflow as tf
 
 keras.utils.set_random_seed(0)
 GPU = bool(tf.config.list_physical_devices("GPU"))
-VOCAB, DIM, TOKENS = (32768, 512, 4096) if GPU else (4096, 64, 512)
+parser = argparse.ArgumentParser()
+parser.add_argument("--vocab", type=int, default=32768 if GPU else 4096)
+parser.add_argument("--dim", type=int, default=512 if GPU else 64)
+parser.add_argument("--batch", type=int, default=32 if GPU else 4, help="sequences per step")
+parser.add_argument("--seq", type=int, default=128, help="tokens per sequence")
+args = parser.parse_args()
+VOCAB, DIM = args.vocab, args.dim
 
 embed = keras.layers.Embedding(VOCAB, DIM)
 hidden = keras.layers.Dense(DIM, activation="gelu")
@@ -36,5 +46,5 @@ def step(tokens, targets):
 
 
 rng = np.random.default_rng(0)
-inputs = (tf.constant(rng.integers(0, VOCAB, (TOKENS // 128, 128)), tf.int32),
-          tf.constant(rng.integers(0, VOCAB, (TOKENS // 128, 128)), tf.int32))
+inputs = (tf.constant(rng.integers(0, VOCAB, (args.batch, args.seq)), tf.int32),
+          tf.constant(rng.integers(0, VOCAB, (args.batch, args.seq)), tf.int32))

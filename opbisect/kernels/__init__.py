@@ -7,6 +7,8 @@
   deterministic core of the segment-sum patches on a GPU.
 - `OpbisectScatterCombine` (patches): the same sums added into a variable's rows in place, one write per row: the
   scatter patches on a GPU.
+- `OpbisectSoftmaxXent`, `OpbisectColumnSum` (patches): the sparse softmax cross-entropy and its gradient, and a
+  bias gradient's column sums, each sum in one fixed order (dense.h), in one or two reads of the input.
 The CPU kernels add in the GPU kernels' order, so the tests of the CPU forms check the function the GPU runs.
 """
 
@@ -20,9 +22,9 @@ import subprocess
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-OPS = ("fingerprint_op.cc", "combine_op.cc")
-CUDA_KERNELS = ("fingerprint_kernel.cu", "combine_kernel.cu")
-SOURCES = ("fingerprint.h", "combine.h", *OPS, *CUDA_KERNELS)
+OPS = ("fingerprint_op.cc", "combine_op.cc", "dense_op.cc")
+CUDA_KERNELS = ("fingerprint_kernel.cu", "combine_kernel.cu", "dense_kernel.cu")
+SOURCES = ("fingerprint.h", "combine.h", "dense.h", *OPS, *CUDA_KERNELS)
 
 
 class BuildError(RuntimeError):
@@ -116,10 +118,12 @@ def _compile(out: Path, lib: Path, cuda: bool) -> Path:
 
 
 def load(cuda: bool):
-    """The loaded op module (`opbisect_fingerprint`, `opbisect_combine`, `opbisect_scatter_combine`); raises
-    BuildError when it cannot be built. `cuda`: the GPU kernels are needed. Where TensorFlow sees a GPU the CUDA
-    build (which has the CPU kernels too) is loaded whatever is asked: TensorFlow registers an op once per
-    process, so a second library with the same ops would load as a module without them."""
+    """The loaded op module (`opbisect_fingerprint`, `opbisect_combine`, `opbisect_scatter_combine`,
+    `opbisect_softmax_xent`, `opbisect_column_sum`); raises BuildError when it cannot be built. `cuda`: the GPU
+    kernels are needed.
+    Where TensorFlow sees a GPU the CUDA build (which has the CPU kernels too) is loaded whatever is asked:
+    TensorFlow registers an op once per process, so a second library with the same ops would load as a module
+    without them."""
     import tensorflow as tf
 
     if cuda or tf.config.list_physical_devices("GPU"):

@@ -1,5 +1,6 @@
 """Dense ops whose kernels sum in thread or block order, rebuilt from reductions and matmuls whose order is fixed
-(TensorFlow's own op determinism turns BiasAddGrad into a reduce_sum for the same reason)."""
+(TensorFlow's own op determinism turns BiasAddGrad into a reduce_sum for the same reason), or on a GPU from
+opbisect's own kernels that add in one fixed order (opbisect/kernels/dense.h)."""
 
 from __future__ import annotations
 
@@ -9,22 +10,52 @@ from .registry import CUDNN_SWITCH, register, switch_only
 _LOW_PRECISION = ("float16", "bfloat16")
 
 
-@register("BiasAddGrad", how="a reduce_sum over every axis but the channel's")
+def _own_op(ctx, x, name: str):
+    """One of opbisect's own dense ops (opbisect/kernels/dense.h) where it can run: on a GPU, outside XLA (which
+    compiles TensorFlow's ops only), for the dtypes it has kernels for; else None."""
+    from .reductions import own_ops
+
+    if ctx.on_cpu or ctx.xla or not ctx.own_kernels or x.dtype.name not in ("float32", *_LOW_PRECISION):
+        return None
+    ops = own_ops()
+    return None if ops is None else getattr(ops, name)
+
+
+@register("BiasAddGrad", how="on a GPU opbisect's own column sum (fixed chunks of rows, added in order, no "
+                             "atomics); elsewhere a reduce_sum over every axis but the channel's")
 def bias_add_grad(ctx, out_backprop):
+    """TensorFlow's reduce_sum over the rows of an LM head's [8192, 8192] gradient took 3.6x the op's own kernel
+    on the H200 (benchmarks/patch_sweep.py): its column reductions read far below the copy bandwidth."""
     import tensorflow as tf
 
+    channels_first = ctx.attrs.get("data_format", "NHWC").startswith("NC")  # axis 1 (also the last, for a matrix)
+    rank = out_backprop.shape.rank
+    columns = _own_op(ctx, out_backprop, "opbisect_column_sum")
+    if columns is not None and (rank == 2 or (rank is not None and not channels_first)):
+        return [_column_sum(columns, out_backprop)]
     # Axes known at trace time are a constant: computed from tf.rank they are three more ops on every call (in a
     # loop body, on every iteration).
-    rank = out_backprop.shape.rank
     dynamic = rank is None
     if dynamic:
         rank = tf.rank(out_backprop)
-    channels_first = ctx.attrs.get("data_format", "NHWC").startswith("NC")  # axis 1 (also the last, for a matrix)
     if channels_first:
         axes = tf.concat([[0], tf.range(2, rank)], 0) if dynamic else [0, *range(2, rank)]
     else:
         axes = tf.range(rank - 1) if dynamic else list(range(rank - 1))
     return [tf.reduce_sum(out_backprop, axis=axes)]
+
+
+def _column_sum(columns, x):
+    """The own op's sums over every axis but the last, with the op's own gradient (the upstream broadcast back)."""
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def summed(x):
+        def gradient(upstream):
+            return tf.broadcast_to(upstream, tf.shape(x))
+        return columns(tf.reshape(x, [-1, tf.shape(x)[-1]])), gradient
+
+    return summed(x)
 
 
 @register("AddN", "AccumulateNV2", how="the inputs stacked, then one reduce_sum over the new axis")
@@ -47,11 +78,37 @@ def _log_softmax(features):
     return tf.nn.log_softmax(wide, axis=-1), dtype
 
 
-@register("SparseSoftmaxCrossEntropyWithLogits", how="log_softmax, a gather of the labels' entries, and "
-                                                     "softmax minus one-hot for the gradient")
-def sparse_softmax_xent(ctx, features, labels):
+def _own_xent(own, features, labels):
+    """The own op's (loss, backprop), with the op's own gradient: TensorFlow's, second derivative included."""
     import tensorflow as tf
 
+    @tf.custom_gradient
+    def xent(features):
+        loss, backprop = own(features, labels)
+
+        def gradient(up_loss, up_backprop):
+            grad = up_loss[:, None] * backprop
+            if up_backprop is not None:  # what flows back through the gradient output itself
+                softmax = tf.nn.softmax(features)
+                grad += (up_backprop - tf.reduce_sum(up_backprop * softmax, -1, keepdims=True)) * softmax
+            return grad
+        return (loss, backprop), gradient
+
+    return xent(features)
+
+
+@register("SparseSoftmaxCrossEntropyWithLogits", how="on a GPU opbisect's own kernel (each row's max and sum in one "
+                                                     "fixed order, no atomics); elsewhere log_softmax, a gather of "
+                                                     "the labels' entries, and softmax minus one-hot for the gradient")
+def sparse_softmax_xent(ctx, features, labels):
+    """The composition (log_softmax, exp, one_hot, a subtraction) reads and writes the logits several times where
+    the op's kernel does once or twice: an LM head's patched step cost 1.25x with it (issue 42); the kernel reads
+    them twice and writes once."""
+    import tensorflow as tf
+
+    own = _own_op(ctx, features, "opbisect_softmax_xent")
+    if own is not None:
+        return list(_own_xent(own, features, labels))
     log_p, dtype = _log_softmax(features)
     loss = -tf.gather(log_p, labels, axis=1, batch_dims=1)
     backprop = tf.exp(log_p) - tf.one_hot(labels, tf.shape(features)[-1], dtype=log_p.dtype)

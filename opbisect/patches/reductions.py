@@ -135,8 +135,8 @@ def _path(ctx, dtype) -> str:
 
 @functools.cache
 def own_ops():
-    """opbisect's op library (OpbisectCombine, OpbisectScatterCombine), loaded; None where it cannot be built here
-    (said once, as a warning: the patches then take TensorFlow's sort-based kernels)."""
+    """opbisect's op library (OpbisectCombine, OpbisectScatterCombine, and the dense ops of patches/dense.py),
+    loaded; None where it cannot be built here (said once, as a warning: the patches then take TensorFlow's ops)."""
     import tensorflow as tf
 
     from ..kernels import BuildError, load
@@ -144,9 +144,9 @@ def own_ops():
     try:
         return load(cuda=bool(tf.config.list_physical_devices("GPU")))
     except BuildError as exc:
-        warnings.warn(f"opbisect's combine op could not be built ({str(exc).splitlines()[0]}): the segment-sum and "
-                      f"scatter patches use TensorFlow's sort-based kernels, which wait for the GPU once per sum",
-                      stacklevel=2)
+        warnings.warn(f"opbisect's op library could not be built ({str(exc).splitlines()[0]}): the patches use "
+                      f"TensorFlow's ops (the segment sums and scatters its sort-based kernels, which wait for the GPU "
+                      f"once per sum; the cross-entropy and bias gradients its compositions)", stacklevel=2)
         return None
 
 

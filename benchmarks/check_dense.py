@@ -1,0 +1,59 @@
+"""On the GPU: opbisect's dense ops (opbisect/kernels/dense.h) against their CPU kernels and TensorFlow's own, and
+their runs (20 calls, one result): the cross-entropy (the same order; exp and log may round apart on the two
+machines), the column sum (bit for bit)."""
+
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.getcwd())
+from opbisect import kernels  # noqa: E402
+from opbisect.execute.prepared import setup_tensorflow  # noqa: E402
+
+tf, kind = setup_tensorflow(os.environ.get("CHECK_DEVICE", "gpu"))  # "cpu": a smoke run
+start = time.perf_counter()
+ops = kernels.load(cuda=kind == "gpu")
+op = ops.opbisect_softmax_xent
+print(f"op library built and loaded in {time.perf_counter() - start:.1f} s")
+DEV = "/GPU:0" if kind == "gpu" else "/CPU:0"
+rng = np.random.default_rng(0)
+failed = 0
+for n, c in ((2048, 8192), (64, 131072), (4096, 1000)):  # the CPU kernel runs on one thread
+    for dtype in (tf.float32, tf.float16, tf.bfloat16):
+        features = tf.cast(rng.standard_normal((n, c)).astype(np.float32) * 4, dtype)
+        labels = rng.integers(0, c, n)
+        with tf.device(DEV):
+            runs = {b"".join(t.numpy().tobytes() for t in op(features, labels)) for _ in range(20)}
+            loss, backprop = op(features, labels)
+            plain_runs = {tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(features=features, labels=labels)[1]
+                          .numpy().tobytes() for _ in range(5)}
+            want_loss, want_backprop = tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(
+                features=tf.cast(features, tf.float32), labels=labels)
+        with tf.device("/CPU:0"):
+            cpu_loss, cpu_backprop = op(features, labels)
+
+        def gap(a, b):
+            return float(np.max(np.abs(tf.cast(a, tf.float64).numpy() - tf.cast(b, tf.float64).numpy())))
+        rel = {"float32": 1e-5, "float16": 2 ** -9, "bfloat16": 2 ** -6}[dtype.name]  # a few of the dtype's ulps
+        top = float(np.max(np.abs(want_loss.numpy())))
+        ok = len(runs) == 1 and gap(loss, want_loss) <= rel * top and gap(backprop, want_backprop) <= rel
+        failed += not ok
+        print(f"{n} x {c} {dtype.name:9s} runs {len(runs)} (op's own: {len(plain_runs)} in 5)  |loss - op's| "
+              f"{gap(loss, want_loss):.2e}  |grad - op's| {gap(backprop, want_backprop):.2e}  |gpu - cpu| loss "
+              f"{gap(loss, cpu_loss):.2e} grad {gap(backprop, cpu_backprop):.2e}  {'ok' if ok else 'FAILED'}")
+for rows, cols in ((8192, 8192), (65536, 1024), (1000, 33)):
+    for dtype in (tf.float32, tf.float16, tf.bfloat16):
+        x = tf.cast(rng.standard_normal((rows, cols)).astype(np.float32), dtype)
+        with tf.device(DEV):
+            runs = {ops.opbisect_column_sum(x).numpy().tobytes() for _ in range(20)}
+            plain_runs = {tf.raw_ops.BiasAddGrad(out_backprop=x).numpy().tobytes() for _ in range(5)}
+            gpu = ops.opbisect_column_sum(x).numpy().tobytes()
+        with tf.device("/CPU:0"):
+            cpu = ops.opbisect_column_sum(x).numpy().tobytes()
+        ok = len(runs) == 1 and gpu == cpu
+        failed += not ok
+        print(f"column sum {rows} x {cols} {dtype.name:9s} runs {len(runs)} (BiasAddGrad: {len(plain_runs)} in 5)  "
+              f"gpu == cpu bit for bit: {gpu == cpu}  {'ok' if ok else 'FAILED'}")
+sys.exit(1 if failed else 0)

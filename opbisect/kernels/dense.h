@@ -1,0 +1,43 @@
+// opbisect's dense ops: sums that TensorFlow's GPU kernels add in thread or atomic order, in one fixed order.
+//
+// The deterministic sparse softmax cross-entropy (`OpbisectSoftmaxXent`): features[n, c], labels[n] ->
+//   loss[i]        = log(sum_j exp(x[i,j] - m[i])) - (x[i, labels[i]] - m[i]),   m[i] = max_j x[i,j]
+//   backprop[i, j] = exp(x[i,j] - m[i]) / sum_j exp(x[i,j] - m[i]) - (j == labels[i])
+// what SparseSoftmaxCrossEntropyWithLogits computes (in float for the half types), with every sum in one fixed
+// order: each row is one GPU block of XentThreads(c) threads; thread t folds x[i, t], x[i, t + threads], ... into
+// a running (max, sum of exp) in that order, then the threads' pairs are merged by one fixed tree (t with
+// t + stride, stride halving). No atomics: the same row gives the same bits on every run. Three passes over the
+// row where the op's own kernel takes four (one read for max and sum together, one read and one write for the
+// gradient). A label outside [0, c) gives a row of NaN, as the GPU kernel gives (its CPU kernel raises).
+#pragma once
+#include <cstdint>
+
+namespace opbisect {
+
+// Threads per row: a power of two from 32 to 1024, about c / 16, so that each thread folds at least ~16 entries
+// and a 128k-entry row still fills one block. A function of c alone: the order depends on nothing else.
+inline int XentThreads(int64_t c) {
+  int threads = 32;
+  while (threads < 1024 && int64_t{threads} * 16 < c) threads *= 2;
+  return threads;
+}
+
+enum DenseType : int { kDenseF32 = 0, kDenseF16 = 1, kDenseBF16 = 2 };
+
+// Enqueues the op on `stream` (a cudaStream_t); n >= 1, c >= 1. Returns a CUDA error code (0: none).
+int LaunchSoftmaxXent(int type, const void* features, const void* labels, bool labels64, int64_t n, int64_t c,
+                      void* loss, void* backprop, void* stream);
+
+// The deterministic column sum (`OpbisectColumnSum`): x[rows, cols] -> out[c] = sum_r x[r, c], what BiasAddGrad
+// computes for a channels-last gradient seen as [rows, channels]. The rows are cut into chunks of kColumnChunk;
+// each chunk's rows of one column are added in order (one GPU thread, consecutive threads on consecutive columns,
+// so each row is read coalesced), from zero, in float for the half types; then each column's chunk sums are added
+// in order. One read of x, a scratch of rows / kColumnChunk floats per column, no atomics.
+constexpr int64_t kColumnChunk = 64;
+
+inline int64_t ColumnChunks(int64_t rows) { return (rows + kColumnChunk - 1) / kColumnChunk; }
+
+// Enqueues the op on `stream`; rows >= 1, cols >= 1; `part` holds ColumnChunks(rows) * cols floats.
+int LaunchColumnSum(int type, const void* x, int64_t rows, int64_t cols, void* out, float* part, void* stream);
+
+}  // namespace opbisect

@@ -1,0 +1,152 @@
+// The GPU kernel of `OpbisectSoftmaxXent` (xent.h): one block per row, sums in one fixed order.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "dense.h"
+
+namespace opbisect {
+namespace {
+
+__device__ __forceinline__ float Wide(float x) { return x; }
+__device__ __forceinline__ float Wide(__half x) { return __half2float(x); }
+__device__ __forceinline__ float Wide(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T Narrow(float x);
+template <> __device__ __forceinline__ float Narrow<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half Narrow<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 Narrow<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// (max, sum of exp(x - max)) with x folded in. An entry of -inf adds nothing (and would make exp(-inf - -inf)).
+__device__ __forceinline__ void Fold(float x, float* m, float* s) {
+  if (x > *m) {
+    *s = *s * expf(*m - x) + 1.0f;
+    *m = x;
+  } else if (x != -INFINITY) {
+    *s += expf(x - *m);
+  }
+}
+
+// (m, s) merged with (m2, s2); an empty side (s == 0) adds nothing.
+__device__ __forceinline__ void Merge(float m2, float s2, float* m, float* s) {
+  if (s2 == 0.0f) return;
+  if (*s == 0.0f) {
+    *m = m2;
+    *s = s2;
+    return;
+  }
+  const float top = fmaxf(*m, m2);
+  *s = *s * expf(*m - top) + s2 * expf(m2 - top);
+  *m = top;
+}
+
+template <typename T, typename L>
+__global__ void SoftmaxXent(const T* features, const L* labels, int64_t c, T* loss, T* backprop) {
+  extern __shared__ float shared[];  // [threads] maxima, then [threads] sums
+  const int threads = blockDim.x, t = threadIdx.x;
+  const int64_t row = blockIdx.x;
+  const T* x = features + row * c;
+  float m = -INFINITY, s = 0.0f;
+  for (int64_t j = t; j < c; j += threads) Fold(Wide(x[j]), &m, &s);
+  float* ms = shared;
+  float* ss = shared + threads;
+  ms[t] = m;
+  ss[t] = s;
+  __syncthreads();
+  for (int stride = threads / 2; stride > 0; stride /= 2) {
+    if (t < stride) {
+      float a = ms[t], b = ss[t];
+      Merge(ms[t + stride], ss[t + stride], &a, &b);
+      ms[t] = a;
+      ss[t] = b;
+    }
+    __syncthreads();
+  }
+  const float top = ms[0], sum = ss[0];
+  const int64_t label = static_cast<int64_t>(labels[row]);
+  const bool valid = label >= 0 && label < c;
+  T* out = backprop + row * c;
+  for (int64_t j = t; j < c; j += threads) {
+    const float p = expf(Wide(x[j]) - top) / sum;
+    out[j] = Narrow<T>(valid ? p - (j == label ? 1.0f : 0.0f) : NAN);
+  }
+  if (t == 0) loss[row] = Narrow<T>(valid ? logf(sum) - (Wide(x[label]) - top) : NAN);
+}
+
+template <typename T, typename L>
+cudaError_t Launch(const void* features, const void* labels, int64_t n, int64_t c, void* loss, void* backprop,
+                   cudaStream_t stream) {
+  const int threads = XentThreads(c);
+  SoftmaxXent<T, L><<<static_cast<unsigned>(n), threads, 2 * threads * sizeof(float), stream>>>(
+      static_cast<const T*>(features), static_cast<const L*>(labels), c, static_cast<T*>(loss),
+      static_cast<T*>(backprop));
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t LaunchTyped(const void* features, const void* labels, bool labels64, int64_t n, int64_t c, void* loss,
+                        void* backprop, cudaStream_t stream) {
+  return labels64 ? Launch<T, int64_t>(features, labels, n, c, loss, backprop, stream)
+                  : Launch<T, int32_t>(features, labels, n, c, loss, backprop, stream);
+}
+
+// A block: kColumnThreads columns of one chunk of rows; each thread adds its column's rows of the chunk in order.
+constexpr int kColumnThreads = 256;
+
+template <typename T>
+__global__ void SumChunks(const T* x, int64_t rows, int64_t cols, float* part) {
+  const int64_t col = blockIdx.y * int64_t{kColumnThreads} + threadIdx.x;
+  if (col >= cols) return;
+  const int64_t first = blockIdx.x * kColumnChunk;
+  const int64_t last = first + kColumnChunk < rows ? first + kColumnChunk : rows;
+  float sum = 0.0f;
+  for (int64_t r = first; r < last; ++r) sum += Wide(x[r * cols + col]);
+  part[blockIdx.x * cols + col] = sum;
+}
+
+template <typename T>
+__global__ void SumParts(const float* part, int64_t chunks, int64_t cols, T* out) {
+  const int64_t col = blockIdx.x * int64_t{kColumnThreads} + threadIdx.x;
+  if (col >= cols) return;
+  float sum = 0.0f;
+  for (int64_t k = 0; k < chunks; ++k) sum += part[k * cols + col];
+  out[col] = Narrow<T>(sum);
+}
+
+template <typename T>
+cudaError_t ColumnSum(const void* x, int64_t rows, int64_t cols, void* out, float* part, cudaStream_t stream) {
+  const int64_t chunks = ColumnChunks(rows);
+  const unsigned tiles = static_cast<unsigned>((cols + kColumnThreads - 1) / kColumnThreads);
+  // Chunks on the grid's x (up to 2^31 - 1), column tiles on its y (up to 65535: 16M columns). No rows: no
+  // chunks, and the sums are zeros.
+  if (chunks > 0)
+    SumChunks<T><<<dim3(static_cast<unsigned>(chunks), tiles), kColumnThreads, 0, stream>>>(
+        static_cast<const T*>(x), rows, cols, part);
+  SumParts<T><<<tiles, kColumnThreads, 0, stream>>>(part, chunks, cols, static_cast<T*>(out));
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+int LaunchColumnSum(int type, const void* x, int64_t rows, int64_t cols, void* out, float* part, void* raw_stream) {
+  cudaStream_t stream = static_cast<cudaStream_t>(raw_stream);
+  switch (type) {
+    case kDenseF32: return ColumnSum<float>(x, rows, cols, out, part, stream);
+    case kDenseF16: return ColumnSum<__half>(x, rows, cols, out, part, stream);
+    default: return ColumnSum<__nv_bfloat16>(x, rows, cols, out, part, stream);
+  }
+}
+
+int LaunchSoftmaxXent(int type, const void* features, const void* labels, bool labels64, int64_t n, int64_t c,
+                      void* loss, void* backprop, void* raw_stream) {
+  cudaStream_t stream = static_cast<cudaStream_t>(raw_stream);
+  switch (type) {
+    case kDenseF32: return LaunchTyped<float>(features, labels, labels64, n, c, loss, backprop, stream);
+    case kDenseF16: return LaunchTyped<__half>(features, labels, labels64, n, c, loss, backprop, stream);
+    default: return LaunchTyped<__nv_bfloat16>(features, labels, labels64, n, c, loss, backprop, stream);
+  }
+}
+
+}  // namespace opbisect

@@ -1,0 +1,229 @@
+// TensorFlow ops `OpbisectSoftmaxXent`: features T[n, c], labels Tlabels[n] -> loss T[n], backprop T[n, c], and
+// `OpbisectColumnSum`: x T[rows, cols] -> T[cols] (dense.h). The CPU kernels add in the GPU kernels' order (the
+// same threads' partition and tree): the column sums agree bit for bit, the cross-entropy where the machines' exp
+// and log round alike. GPU kernels when built with OPBISECT_WITH_CUDA.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "dense.h"
+
+#ifdef OPBISECT_WITH_CUDA
+#include "xla/stream_executor/stream.h"
+#endif
+
+namespace opbisect {
+namespace tf = ::tensorflow;
+
+REGISTER_OP("OpbisectSoftmaxXent")
+    .Input("features: T")
+    .Input("labels: Tlabels")
+    .Output("loss: T")
+    .Output("backprop: T")
+    .Attr("T: {half, bfloat16, float}")
+    .Attr("Tlabels: {int32, int64} = DT_INT64")
+    .SetShapeFn([](tf::shape_inference::InferenceContext* c) {
+      tf::shape_inference::ShapeHandle features, labels;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &features));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &labels));
+      tf::shape_inference::DimensionHandle n;
+      TF_RETURN_IF_ERROR(c->Merge(c->Dim(features, 0), c->Dim(labels, 0), &n));
+      c->set_output(0, c->Vector(n));
+      c->set_output(1, c->Matrix(n, c->Dim(features, 1)));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("OpbisectColumnSum")
+    .Input("x: T")
+    .Output("sums: T")
+    .Attr("T: {half, bfloat16, float}")
+    .SetShapeFn([](tf::shape_inference::InferenceContext* c) {
+      tf::shape_inference::ShapeHandle x;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &x));
+      c->set_output(0, c->Vector(c->Dim(x, 1)));
+      return absl::OkStatus();
+    });
+
+namespace {
+
+absl::Status Prepare(tf::OpKernelContext* c, int64_t* n, int64_t* classes, tf::Tensor** loss, tf::Tensor** backprop) {
+  const tf::Tensor& features = c->input(0);
+  const tf::Tensor& labels = c->input(1);
+  if (features.dims() != 2 || labels.dims() != 1 || labels.dim_size(0) != features.dim_size(0))
+    return tf::errors::InvalidArgument("OpbisectSoftmaxXent: features must be [n, c] and labels [n]");
+  *n = features.dim_size(0);
+  *classes = features.dim_size(1);
+  TF_RETURN_IF_ERROR(c->allocate_output(0, labels.shape(), loss));
+  return c->allocate_output(1, features.shape(), backprop);
+}
+
+int64_t Label(const tf::Tensor& labels, int64_t row) {
+  return labels.dtype() == tf::DT_INT64 ? labels.flat<int64_t>()(row) : labels.flat<int32_t>()(row);
+}
+
+void Fold(float x, float* m, float* s) {
+  if (x > *m) {
+    *s = *s * std::exp(*m - x) + 1.0f;
+    *m = x;
+  } else if (x != -std::numeric_limits<float>::infinity()) {
+    *s += std::exp(x - *m);
+  }
+}
+
+void Merge(float m2, float s2, float* m, float* s) {
+  if (s2 == 0.0f) return;
+  if (*s == 0.0f) {
+    *m = m2;
+    *s = s2;
+    return;
+  }
+  const float top = std::max(*m, m2);
+  *s = *s * std::exp(*m - top) + s2 * std::exp(m2 - top);
+  *m = top;
+}
+
+template <typename T>
+class SoftmaxXentCpu : public tf::OpKernel {
+ public:
+  explicit SoftmaxXentCpu(tf::OpKernelConstruction* c) : OpKernel(c) {}
+  void Compute(tf::OpKernelContext* c) override {
+    int64_t n, classes;
+    tf::Tensor *loss_t, *backprop_t;
+    OP_REQUIRES_OK(c, Prepare(c, &n, &classes, &loss_t, &backprop_t));
+    const T* features = c->input(0).flat<T>().data();
+    T* loss = loss_t->flat<T>().data();
+    T* backprop = backprop_t->flat<T>().data();
+    const int threads = XentThreads(classes);
+    std::vector<float> ms(threads), ss(threads);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t row = 0; row < n; ++row) {
+      const T* x = features + row * classes;
+      for (int t = 0; t < threads; ++t) {  // each GPU thread's fold, in its order
+        ms[t] = -std::numeric_limits<float>::infinity();
+        ss[t] = 0.0f;
+        for (int64_t j = t; j < classes; j += threads) Fold(static_cast<float>(x[j]), &ms[t], &ss[t]);
+      }
+      for (int stride = threads / 2; stride > 0; stride /= 2)  // the block's tree
+        for (int t = 0; t < stride; ++t) Merge(ms[t + stride], ss[t + stride], &ms[t], &ss[t]);
+      const float top = ms[0], sum = ss[0];
+      const int64_t label = Label(c->input(1), row);
+      const bool valid = label >= 0 && label < classes;
+      for (int64_t j = 0; j < classes; ++j) {
+        const float p = std::exp(static_cast<float>(x[j]) - top) / sum;
+        backprop[row * classes + j] = static_cast<T>(valid ? p - (j == label ? 1.0f : 0.0f) : nan);
+      }
+      loss[row] = static_cast<T>(valid ? std::log(sum) - (static_cast<float>(x[label]) - top) : nan);
+    }
+  }
+};
+
+absl::Status PrepareColumns(tf::OpKernelContext* c, int64_t* rows, int64_t* cols, tf::Tensor** sums) {
+  const tf::Tensor& x = c->input(0);
+  if (x.dims() != 2) return tf::errors::InvalidArgument("OpbisectColumnSum: x must be [rows, cols]");
+  *rows = x.dim_size(0);
+  *cols = x.dim_size(1);
+  return c->allocate_output(0, tf::TensorShape({*cols}), sums);
+}
+
+template <typename T>
+class ColumnSumCpu : public tf::OpKernel {
+ public:
+  explicit ColumnSumCpu(tf::OpKernelConstruction* c) : OpKernel(c) {}
+  void Compute(tf::OpKernelContext* c) override {
+    int64_t rows, cols;
+    tf::Tensor* sums_t;
+    OP_REQUIRES_OK(c, PrepareColumns(c, &rows, &cols, &sums_t));
+    const T* x = c->input(0).flat<T>().data();
+    T* sums = sums_t->flat<T>().data();
+    std::vector<float> total(cols, 0.0f), chunk(cols);
+    for (int64_t first = 0; first < rows; first += kColumnChunk) {  // each chunk from zero, then into the total
+      std::fill(chunk.begin(), chunk.end(), 0.0f);
+      const int64_t last = std::min(rows, first + kColumnChunk);
+      for (int64_t r = first; r < last; ++r)
+        for (int64_t j = 0; j < cols; ++j) chunk[j] += static_cast<float>(x[r * cols + j]);
+      for (int64_t j = 0; j < cols; ++j) total[j] += chunk[j];
+    }
+    for (int64_t j = 0; j < cols; ++j) sums[j] = static_cast<T>(total[j]);
+  }
+};
+
+#define OPBISECT_COLUMNS_CPU(T) \
+  REGISTER_KERNEL_BUILDER(Name("OpbisectColumnSum").Device(tf::DEVICE_CPU).TypeConstraint<T>("T"), ColumnSumCpu<T>)
+OPBISECT_COLUMNS_CPU(Eigen::half);
+OPBISECT_COLUMNS_CPU(Eigen::bfloat16);
+OPBISECT_COLUMNS_CPU(float);
+
+#define OPBISECT_XENT_CPU(T)                                                                                \
+  REGISTER_KERNEL_BUILDER(Name("OpbisectSoftmaxXent").Device(tf::DEVICE_CPU).TypeConstraint<T>("T"), \
+                          SoftmaxXentCpu<T>)
+OPBISECT_XENT_CPU(Eigen::half);
+OPBISECT_XENT_CPU(Eigen::bfloat16);
+OPBISECT_XENT_CPU(float);
+
+#ifdef OPBISECT_WITH_CUDA
+template <typename T> constexpr int kDenseType = kDenseF32;
+template <> constexpr int kDenseType<Eigen::half> = kDenseF16;
+template <> constexpr int kDenseType<Eigen::bfloat16> = kDenseBF16;
+
+template <typename T>
+class SoftmaxXentGpu : public tf::OpKernel {
+ public:
+  explicit SoftmaxXentGpu(tf::OpKernelConstruction* c) : OpKernel(c) {}
+  void Compute(tf::OpKernelContext* c) override {
+    int64_t n, classes;
+    tf::Tensor *loss, *backprop;
+    OP_REQUIRES_OK(c, Prepare(c, &n, &classes, &loss, &backprop));
+    if (n == 0) return;
+    auto* s = c->op_device_context()->stream();
+    OP_REQUIRES(c, s != nullptr, tf::errors::Internal("OpbisectSoftmaxXent: no GPU stream"));
+    const tf::Tensor& labels = c->input(1);
+    const int err = LaunchSoftmaxXent(kDenseType<T>, c->input(0).tensor_data().data(), labels.tensor_data().data(),
+                                      labels.dtype() == tf::DT_INT64, n, classes,
+                                      const_cast<char*>(loss->tensor_data().data()),
+                                      const_cast<char*>(backprop->tensor_data().data()),
+                                      s->platform_specific_handle().stream);
+    OP_REQUIRES(c, err == 0, tf::errors::Internal("OpbisectSoftmaxXent: CUDA error ", err));
+  }
+};
+
+template <typename T>
+class ColumnSumGpu : public tf::OpKernel {
+ public:
+  explicit ColumnSumGpu(tf::OpKernelConstruction* c) : OpKernel(c) {}
+  void Compute(tf::OpKernelContext* c) override {
+    int64_t rows, cols;
+    tf::Tensor* sums;
+    OP_REQUIRES_OK(c, PrepareColumns(c, &rows, &cols, &sums));
+    if (cols == 0) return;
+    auto* s = c->op_device_context()->stream();
+    OP_REQUIRES(c, s != nullptr, tf::errors::Internal("OpbisectColumnSum: no GPU stream"));
+    tf::Tensor part;  // at least one chunk: no rows sum to zeros
+    OP_REQUIRES_OK(c, c->allocate_temp(tf::DT_FLOAT, tf::TensorShape({std::max<int64_t>(1, ColumnChunks(rows)) * cols}),
+                                       &part));
+    const int err = LaunchColumnSum(kDenseType<T>, c->input(0).tensor_data().data(), rows, cols,
+                                    const_cast<char*>(sums->tensor_data().data()), part.flat<float>().data(),
+                                    s->platform_specific_handle().stream);
+    OP_REQUIRES(c, err == 0, tf::errors::Internal("OpbisectColumnSum: CUDA error ", err));
+  }
+};
+
+#define OPBISECT_COLUMNS_GPU(T) \
+  REGISTER_KERNEL_BUILDER(Name("OpbisectColumnSum").Device(tf::DEVICE_GPU).TypeConstraint<T>("T"), ColumnSumGpu<T>)
+OPBISECT_COLUMNS_GPU(Eigen::half);
+OPBISECT_COLUMNS_GPU(Eigen::bfloat16);
+OPBISECT_COLUMNS_GPU(float);
+
+#define OPBISECT_XENT_GPU(T)                                                                                \
+  REGISTER_KERNEL_BUILDER(Name("OpbisectSoftmaxXent").Device(tf::DEVICE_GPU).TypeConstraint<T>("T"), \
+                          SoftmaxXentGpu<T>)
+OPBISECT_XENT_GPU(Eigen::half);
+OPBISECT_XENT_GPU(Eigen::bfloat16);
+OPBISECT_XENT_GPU(float);
+#endif
+
+}  // namespace
+}  // namespace opbisect

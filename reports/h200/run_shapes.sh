@@ -1,0 +1,30 @@
+#!/bin/bash
+# Issue 42 on the H200: every patch over the shapes real models have, and the LM head at three vocabularies.
+# Run on the device machine from the project root after `source /root/tfenv.sh` (../shared/gpu/README.md):
+#   bash reports/h200/run_shapes.sh kernels   # build opbisect's op library (CUDA), check the cross-entropy op
+#   bash reports/h200/run_shapes.sh sweep     # benchmarks/patch_sweep.py: table, JSON and plot
+#   bash reports/h200/run_shapes.sh dense     # the sweep's dense ops only, then the LM head at 8k
+#   bash reports/h200/run_shapes.sh lm        # opbisect verify of the LM head at vocabulary 8k, 32k, 128k
+#   bash reports/h200/run_shapes.sh mixed     # opbisect verify of the BERT-base fit step under mixed precision
+# with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
+NAME=shapes PHASE=${1:-sweep}
+source "$(dirname "$0")/lib.sh"
+export OPBISECT_CACHE=${OPBISECT_CACHE:-/root/opbisect-cache}
+LM_PATCH=reports/h200/lm_head_xent/fix/patch.csv
+lm() {  # lm LABEL ARGS...: verify the LM head at one shape
+  local label=$1; shift
+  run "lm_head_$label-verify" 280 python3 -m opbisect verify examples/lm_head_xent.py --patch "$LM_PATCH" \
+    --runs 10 --out "$R/lm_head_$label" --fingerprint wsum --cpu-reference off -- "$@"
+}
+case $PHASE in
+  kernels) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+           run check_dense 200 python3 benchmarks/check_dense.py ;;
+  sweep) run sweep 560 python3 benchmarks/patch_sweep.py --device gpu --json "$R/sweep.json" --plot "$R/sweep.png" ;;
+  dense) run sweep 300 python3 benchmarks/patch_sweep.py --device gpu --ops BiasAddGrad,SparseSoftmaxCrossEntropyWithLogits \
+           --json "$R/sweep.json" --plot "$R/sweep.png"
+         lm 8k --vocab 8192 --dim 256 --batch 32 --seq 256 ;;
+  lm) lm 8k --vocab 8192 --dim 256 --batch 32 --seq 256
+      lm 32k --vocab 32768 --dim 512 --batch 32 --seq 128
+      lm 128k --vocab 131072 --dim 512 --batch 8 --seq 256 ;;
+  mixed) OPBISECT_BERT=base verify bert_like_fit_mixed 500 ;;
+esac

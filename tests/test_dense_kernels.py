@@ -1,0 +1,180 @@
+"""opbisect's dense ops (opbisect/kernels/dense.h) through their CPU kernels, which add in the GPU kernels' order.
+The cross-entropy (`OpbisectSoftmaxXent`): what SparseSoftmaxCrossEntropyWithLogits computes (loss and gradient),
+in every dtype, for rows shorter and much longer than one block's threads; a label out of range gives a row of NaN
+(as the GPU kernel does); -inf logits add nothing. The column sum (`OpbisectColumnSum`): its documented order, bit
+for bit. And the patches: on a GPU outside XLA they are these ops, elsewhere TensorFlow's compositions
+(benchmarks/patch_sweep.py times them on the H200; benchmarks/check_dense.py compares the GPU and CPU kernels)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from opbisect import kernels
+from opbisect.patches import PATCHES, PatchContext
+
+XENT = "SparseSoftmaxCrossEntropyWithLogits"
+
+
+@pytest.fixture(scope="module")
+def xent():
+    return kernels.load(cuda=False).opbisect_softmax_xent
+
+
+def reference(features, labels):
+    """The op's own outputs, in float64 from float32 inputs."""
+    loss, backprop = tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(
+        features=tf.cast(features, tf.float64), labels=labels)
+    return loss.numpy(), backprop.numpy()
+
+
+@pytest.mark.parametrize("n,c", [(7, 3), (33, 100), (5, 1000), (3, 40_000)])  # 40k: 1024 threads, ~39 entries each
+@pytest.mark.parametrize("label_dtype", [np.int32, np.int64])
+def test_loss_and_gradient_are_the_ops_own(xent, n, c, label_dtype):
+    rng = np.random.default_rng(c)
+    features = (rng.standard_normal((n, c)) * 6).astype(np.float32)
+    labels = rng.integers(0, c, n).astype(label_dtype)
+    loss, backprop = (t.numpy() for t in xent(features, labels))
+    want_loss, want_backprop = reference(features, labels)
+    assert loss.dtype == backprop.dtype == np.float32 and loss.shape == (n,) and backprop.shape == (n, c)
+    np.testing.assert_allclose(loss, want_loss, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(backprop, want_backprop, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype,tol", [(tf.float16, 2e-3), (tf.bfloat16, 2e-2)])
+def test_half_types_are_computed_in_float_and_rounded_once(xent, dtype, tol):
+    rng = np.random.default_rng(0)
+    wide = (rng.standard_normal((16, 5000)) * 4).astype(np.float32)
+    features = tf.cast(wide, dtype)
+    labels = rng.integers(0, 5000, 16)
+    loss, backprop = xent(features, labels)
+    assert loss.dtype == backprop.dtype == dtype
+    want_loss, want_backprop = reference(tf.cast(features, tf.float32), labels)  # the rounded inputs, exactly
+    np.testing.assert_allclose(tf.cast(loss, tf.float32).numpy(), want_loss, rtol=tol)
+    np.testing.assert_allclose(tf.cast(backprop, tf.float32).numpy(), want_backprop, atol=tol * 0.1)
+
+
+def test_a_label_out_of_range_gives_a_row_of_nan_and_leaves_the_others(xent):
+    features = np.random.default_rng(1).standard_normal((4, 10)).astype(np.float32)
+    labels = np.array([0, 10, -1, 9])
+    loss, backprop = (t.numpy() for t in xent(features, labels))
+    assert np.isnan(loss[[1, 2]]).all() and np.isnan(backprop[[1, 2]]).all()
+    want_loss, want_backprop = reference(features[[0, 3]], labels[[0, 3]])
+    np.testing.assert_allclose(loss[[0, 3]], want_loss, rtol=1e-5)
+    np.testing.assert_allclose(backprop[[0, 3]], want_backprop, atol=1e-6)
+
+
+def test_minus_infinity_logits_add_nothing(xent):
+    features = np.array([[-np.inf, 0.0, 1.0, -np.inf], [-np.inf, -np.inf, -np.inf, 2.0]], np.float32)
+    loss, backprop = (t.numpy() for t in xent(features, np.array([2, 3])))
+    np.testing.assert_allclose(loss, [np.log1p(np.exp(-1.0)), 0.0], atol=1e-6)
+    assert backprop[0, 0] == backprop[0, 3] == 0 and backprop[1, 3] == 0 and np.isfinite(backprop).all()
+
+
+def _patched_ops(ctx, features, labels) -> set[str]:
+    """The op types the patch builds for this context, and checks its outputs against the op's."""
+    graph = tf.function(lambda f, l: PATCHES[XENT].build(ctx, f, l)).get_concrete_function(features, labels).graph
+    loss, backprop = PATCHES[XENT].build(ctx, features, labels)
+    want_loss, want_backprop = reference(features, labels)
+    np.testing.assert_allclose(loss.numpy(), want_loss, rtol=2e-5)
+    np.testing.assert_allclose(backprop.numpy(), want_backprop, atol=1e-6)
+    return {op.type for op in graph.get_operations()}
+
+
+def test_the_patch_is_the_own_op_on_a_gpu_outside_xla_and_the_composition_elsewhere():
+    rng = np.random.default_rng(2)
+    features = tf.constant(rng.standard_normal((8, 300)).astype(np.float32))
+    labels = tf.constant(rng.integers(0, 300, 8))
+
+    def ctx(**kw):
+        return PatchContext(op_type=XENT, attrs={}, xla=False, **kw)
+    assert "OpbisectSoftmaxXent" in _patched_ops(ctx(on_cpu=False), features, labels)  # runs its CPU kernel here
+    for elsewhere in (ctx(on_cpu=True), ctx(on_cpu=False, own_kernels=False)):
+        ops = _patched_ops(elsewhere, features, labels)
+        assert "OpbisectSoftmaxXent" not in ops and "LogSoftmax" in ops
+    under_xla = PatchContext(op_type=XENT, attrs={}, xla=True)
+    assert "OpbisectSoftmaxXent" not in _patched_ops(under_xla, features, labels)
+
+
+@pytest.fixture(scope="module")
+def column_sum():
+    return kernels.load(cuda=False).opbisect_column_sum
+
+
+def chunked_sums(x):
+    """The column sum's definition in NumPy (dense.h): rows in chunks of 64, each chunk's rows added in order from
+    zero in float32, then the chunks' sums added in order from zero."""
+    total = np.zeros(x.shape[1], np.float32)
+    for first in range(0, x.shape[0], CHUNK):
+        chunk = np.zeros(x.shape[1], np.float32)
+        for row in x[first:first + CHUNK].astype(np.float32):
+            chunk = (chunk + row).astype(np.float32)
+        total = (total + chunk).astype(np.float32)
+    return total
+
+
+CHUNK = 64  # kColumnChunk in dense.h
+
+
+@pytest.mark.parametrize("rows,cols", [(0, 5), (1, 3), (64, 7), (65, 300), (1000, 33)])
+def test_the_column_sums_add_in_the_documented_order_bit_for_bit(column_sum, rows, cols):
+    x = (np.random.default_rng(rows).standard_normal((rows, cols)) * 1000).astype(np.float32)  # rounding shows
+    got = column_sum(x).numpy()
+    assert got.dtype == np.float32 and got.shape == (cols,)
+    assert got.tobytes() == chunked_sums(x).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
+def test_half_column_sums_are_added_in_float_and_rounded_once(column_sum, dtype):
+    x = tf.cast(np.random.default_rng(3).standard_normal((500, 40)), dtype)
+    got = column_sum(x)
+    assert got.dtype == dtype
+    want = tf.cast(chunked_sums(tf.cast(x, tf.float32).numpy()), dtype)
+    assert got.numpy().tobytes() == want.numpy().tobytes()
+
+
+@pytest.mark.parametrize("shape,data_format,own", [((300, 20), "NHWC", True), ((4, 5, 6, 7), "NHWC", True),
+                                                   ((4, 7, 5, 6), "NCHW", False)])
+def test_the_bias_gradient_is_the_column_sum_on_a_gpu_for_channels_last(shape, data_format, own):
+    x = tf.constant(np.random.default_rng(4).standard_normal(shape).astype(np.float32))
+    ctx = PatchContext(op_type="BiasAddGrad", attrs={"data_format": data_format}, xla=False, on_cpu=False)
+    build = PATCHES["BiasAddGrad"].build
+    graph = tf.function(lambda t: build(ctx, t)).get_concrete_function(x).graph
+    assert ("OpbisectColumnSum" in {op.type for op in graph.get_operations()}) == own
+    want = tf.raw_ops.BiasAddGrad(out_backprop=x, data_format=data_format).numpy()
+    np.testing.assert_allclose(build(ctx, x)[0].numpy(), want, rtol=1e-5, atol=1e-5)
+    on_cpu = dataclasses.replace(ctx, on_cpu=True)
+    graph = tf.function(lambda t: build(on_cpu, t)).get_concrete_function(x).graph
+    assert "OpbisectColumnSum" not in {op.type for op in graph.get_operations()}
+
+
+def test_gradients_through_the_own_ops_are_tensorflows():
+    """A patched step can be differentiated again (a patched model's forward pass): each own op carries the op's
+    gradient, the cross-entropy's through its gradient output (a second derivative) included."""
+    rng = np.random.default_rng(5)
+    logits = tf.constant(rng.standard_normal((6, 40)).astype(np.float32))
+    labels = tf.constant(rng.integers(0, 40, 6))
+    bias_input = tf.constant(rng.standard_normal((30, 7)).astype(np.float32))
+    w_loss, w_backprop = (tf.constant(rng.standard_normal(s).astype(np.float32)) for s in ((6,), (6, 40)))
+    w_bias = tf.constant(rng.standard_normal(7).astype(np.float32))
+    gpu = dict(attrs={}, xla=False, on_cpu=False)
+    xent = functools.partial(PATCHES[XENT].build, PatchContext(op_type=XENT, **gpu))
+    bias = functools.partial(PATCHES["BiasAddGrad"].build, PatchContext(op_type="BiasAddGrad", **gpu))
+    cases = [
+        (logits, lambda x: tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(features=x, labels=labels),
+         lambda x: xent(x, labels), lambda out: tf.reduce_sum(out[0] * w_loss) + tf.reduce_sum(out[1] * w_backprop)),
+        (bias_input, lambda x: [tf.raw_ops.BiasAddGrad(out_backprop=x)], bias,
+         lambda out: tf.reduce_sum(out[0] * w_bias)),
+    ]
+    for x, op, patch, scalar in cases:
+        grads = []
+        for f in (op, patch):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = scalar(f(x))
+            grads.append(tape.gradient(y, x).numpy())
+        np.testing.assert_allclose(grads[1], grads[0], rtol=1e-5, atol=1e-6)
