@@ -6,12 +6,12 @@ each op's memory-bandwidth floor beside it (issue 42).
 
 One process. For each case (op, shape, dtype): the raw op (plain) and opbisect's patch as the rewrite builds it
 (patched; beside it, where the patch runs on opbisect's own GPU kernels, its form on TensorFlow's ops alone, which
-is what runs where the kernels cannot be built), each one tf.function, timed as the median of --repeats samples of 10 calls back to back, each sample
-waited for (so dispatch overlaps the device, as in a step); then, after
-tf.config.experimental.enable_op_determinism(), TensorFlow's own deterministic form (tf-det: the op's own kernel
-under the switch, or tf.nn's composition for the cross-entropy, whose kernel raises under it). floor: the bytes
-the op must read and write once / the device's copy bandwidth, measured here (a negation of 1 GiB: read + write).
-"runs": distinct results in 5 calls of the patched form (1: the same bits).
+is what runs where the kernels cannot be built), each one tf.function, timed as the median of --repeats samples (at
+most a second of them) of 10 calls back to back, each sample waited for (so dispatch overlaps the device, as in a
+step); then, after tf.config.experimental.enable_op_determinism(), TensorFlow's own deterministic form (tf-det: the
+op's own kernel under the switch, or tf.nn's composition for the cross-entropy, whose kernel raises under it).
+floor: the bytes the op must read and write once / the device's copy bandwidth, measured here (a negation of 1 GiB:
+read + write). "runs": distinct results in 5 calls of the patched form (1: the same bits).
 """
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ def make(tf, case: Case):
         return (normal([rows, d]), ids(n, rows // 8)[:, None], normal([n, d])), (2 * rows + n) * d * size
     batch, high, wide, channels, small = case.shape
     grads = normal([batch, high, wide, channels])
-    return (grads, normal([batch, small, small, channels])), (_count(grads.shape) + batch * small * small * channels) * size
+    moved = (_count(grads.shape) + batch * small * small * channels) * size
+    return (grads, normal([batch, small, small, channels])), moved
 
 
 def _count(shape) -> int:

@@ -77,7 +77,7 @@ def test_minus_infinity_logits_add_nothing(xent):
 
 def _patched_ops(ctx, features, labels) -> set[str]:
     """The op types the patch builds for this context, and checks its outputs against the op's."""
-    graph = tf.function(lambda f, l: PATCHES[XENT].build(ctx, f, l)).get_concrete_function(features, labels).graph
+    graph = tf.function(lambda f, y: PATCHES[XENT].build(ctx, f, y)).get_concrete_function(features, labels).graph
     loss, backprop = PATCHES[XENT].build(ctx, features, labels)
     want_loss, want_backprop = reference(features, labels)
     np.testing.assert_allclose(loss.numpy(), want_loss, rtol=2e-5)

@@ -82,6 +82,7 @@ def test_the_ir_and_the_record_import_nothing_above_them():
 
 DATA = {"words", "errors", "ir", "record", "settings", "digests"}
 GLUE = {"tfcompat", "targets", "trace", "capture", "kernels", "replay", "patches"}  # TensorFlow, the user's script
+GRAPHDEF = {"tfcompat", "targets", "trace"}  # the GraphDef room's floor: what a step and its trace are
 # What each floor may import besides itself, bottom up: the data (ids, the op-type table, the record), the pure
 # decisions (analysis: no TensorFlow), the views (report), the TensorFlow glue, the execution, the commands.
 LAYERS = {
@@ -89,8 +90,9 @@ LAYERS = {
     "record": {"errors", "ir", "words"},
     "analysis": DATA | {"patches"},  # patches.registry: which op types have a patch or a switch (a table)
     "report": DATA | {"analysis"},
-    **{glue: DATA | GLUE for glue in GLUE},
-    "execute": DATA | GLUE | {"analysis"},
+    **{glue: DATA | GLUE | {"graphdef"} for glue in GLUE - GRAPHDEF}, **{glue: DATA | GRAPHDEF for glue in GRAPHDEF},
+    "graphdef": DATA | GRAPHDEF,  # below capture, patches and replay, which change a step's GraphDef
+    "execute": DATA | GLUE | {"analysis", "graphdef"},
 }
 COMMANDS = {"session", "verify", "fix", "patched_run", "deterministic", "cli", "__main__", "opbisect"}
 

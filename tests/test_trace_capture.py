@@ -469,7 +469,7 @@ def test_the_pinned_options_set_the_memory_optimizer_off_for_every_call_inside_e
     from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
     from tensorflow.python.eager import context
 
-    from opbisect.capture.importer import UNOPTIMIZED
+    from opbisect.graphdef.importer import UNOPTIMIZED
     from opbisect.settings import PINNED_GRAPPLER
     from opbisect.tfcompat import grappler_options
 

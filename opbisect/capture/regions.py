@@ -25,9 +25,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..graphdef.importer import graph_importer
 from ..ir.ids import TensorRef
 from .builder import PREFIX, GraphDefBuilder, digest_vector, tap_specs, tappable_tensors
-from .importer import graph_importer
 
 INDEX = f"{PREFIX}/index"  # placeholder in a rebuilt body: the index of its current execution
 LOOP_ROWS = 512  # under XLA: the executions of a body inside a loop fingerprinted per step

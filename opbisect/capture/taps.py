@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from ..graphdef.importer import UNOPTIMIZED, step_importer
 from ..ir.ids import TensorRef
 from ..tfcompat import grappler_options, read_now
 from ..trace.trace import Trace
 from .builder import PREFIX, GraphDefBuilder, digest_vector, tap_specs, tappable_tensors
 from .fingerprint import Fingerprinter
-from .importer import UNOPTIMIZED, step_importer
 from .regions import Rebuild, empty_matrices, read_rows, rewrite_control_flow, slot_zeros
 
 

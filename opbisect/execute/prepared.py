@@ -242,14 +242,13 @@ def patched(patch: str, target, trace) -> tuple:
     trace), the ops replaced, and notes; else all as they were."""
     if not patch:
         return target, trace, [], []
+    from ..graphdef.roundtrip import traced_again
     from ..patches.selection import choose
     from ..patches.step import PatchedStep
-    from ..trace.trace import keep_sites, trace_step
 
     step = PatchedStep(trace, choose(trace.graph, patch), for_tracing=True)  # rewritten once
     patched_target = dataclasses.replace(target, step=step.as_function(), fit=None)
-    again = trace_step(patched_target, target.make_inputs())
-    keep_sites(trace.graph, again.graph)
+    again = traced_again(patched_target, trace)
     notes = [Finding("note", f"traced with {len(step.replaced)} op(s) patched ({listed(step.replaced)}): the "
                              f"sources below are what the patched step still does")]
     notes += [Finding("warning", f"--patch left {op} as it is: {why}") for op, why in step.skipped.items()]

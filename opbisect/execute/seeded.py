@@ -29,6 +29,7 @@ import dataclasses
 from typing import Any
 
 from .. import tfcompat
+from ..graphdef.roundtrip import step_function, traced_again
 from ..ir import optypes
 from ..ir.ids import split_op_id
 from ..record.model import SeededDraw
@@ -77,10 +78,7 @@ def restarted(target, trace):
         return target, trace, Restart(draws)
     step, variables = _rewritten_step(trace, twins)
     retarget = dataclasses.replace(target, step=step)
-    from ..trace.trace import keep_sites, trace_step
-
-    again = trace_step(retarget, target.make_inputs())
-    keep_sites(trace.graph, again.graph)
+    again = traced_again(retarget, trace)
     keys = {id(v.handle): k for k, v in again.variables.items()}
     return retarget, again, Restart(draws, {keys[id(v.handle)]: v for v in variables})
 
@@ -90,7 +88,6 @@ def _rewritten_step(trace, ops: list[str]):
     variables it reads."""
     import tensorflow as tf
 
-    from ..capture.importer import step_importer
     from ..patches.rewrite import rewrite
 
     unchanged = rewrite(trace, {}, edit_bodies=False)  # the step's GraphDef, its functions registered on import
@@ -108,13 +105,8 @@ def _rewritten_step(trace, ops: list[str]):
         placeholder.attr["dtype"].type = tf.resource.as_datatype_enum
         _as_twin(gd, node, handle, consts)
         fed[handle] = state
-    body = step_importer(trace, unchanged.without_own_functions(gd), unchanged.register, list(trace.output_names),
-                         scope="", variables=fed)
-
-    def step(*args):
-        return tfcompat.pack_outputs(trace.concrete, body(*trace.flat_args(args)))
-
-    return tf.function(step, autograph=False, jit_compile=trace.jit_compile), list(fed.values())
+    step = step_function(trace, unchanged.without_own_functions(gd), unchanged.register, variables=fed)
+    return step, list(fed.values())
 
 
 class _Consts:

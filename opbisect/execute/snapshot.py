@@ -56,7 +56,7 @@ class Snapshot:
         self._write_back()
 
     def _write_back(self) -> None:
-        from ..capture.importer import UNOPTIMIZED
+        from ..graphdef.importer import UNOPTIMIZED
         from ..tfcompat import call_flat, grappler_options
 
         if not self.variables:

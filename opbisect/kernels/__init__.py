@@ -24,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 OPS = ("fingerprint_op.cc", "combine_op.cc", "dense_op.cc")
 CUDA_KERNELS = ("fingerprint_kernel.cu", "combine_kernel.cu", "dense_kernel.cu")
-SOURCES = ("fingerprint.h", "combine.h", "dense.h", *OPS, *CUDA_KERNELS)
+SOURCES = ("fingerprint.h", "combine.h", "dense.h", "gpu_op.h", *OPS, *CUDA_KERNELS)
 
 
 class BuildError(RuntimeError):

@@ -13,9 +13,7 @@
 #include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
-#ifdef OPBISECT_WITH_CUDA
-#include "xla/stream_executor/stream.h"
-#endif
+#include "gpu_op.h"
 
 namespace opbisect {
 namespace tf = ::tensorflow;
@@ -227,14 +225,7 @@ template <> constexpr int kType<double> = kCombineF64;
 template <> constexpr int kType<Eigen::half> = kCombineF16;
 template <> constexpr int kType<Eigen::bfloat16> = kCombineBF16;
 
-// What both GPU kernels take from TensorFlow: the op's CUDA stream, device scratch, and a CUDA error as a status.
-absl::Status GpuStream(tf::OpKernelContext* c, const char* op, void** stream) {
-  auto* s = c->op_device_context()->stream();
-  if (s == nullptr) return tf::errors::Internal(op, ": no GPU stream");
-  *stream = s->platform_specific_handle().stream;
-  return absl::OkStatus();
-}
-
+// Device scratch for both GPU kernels (their stream and CUDA status: gpu_op.h).
 absl::Status GpuScratch(tf::OpKernelContext* c, size_t bytes, tf::Tensor* scratch) {
   return c->allocate_temp(tf::DT_INT8, tf::TensorShape({static_cast<int64_t>(bytes)}), scratch);
 }
@@ -271,10 +262,6 @@ class OrderScratch {
   size_t bytes_ = 0;
   SortGraph* graph_ = nullptr;
 };
-
-absl::Status CudaStatus(const char* op, int err) {
-  return err == 0 ? absl::OkStatus() : tf::errors::Internal(op, ": CUDA error ", err);
-}
 
 template <typename T>
 class CombineGpu : public tf::OpKernel {

@@ -11,10 +11,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "dense.h"
-
-#ifdef OPBISECT_WITH_CUDA
-#include "xla/stream_executor/stream.h"
-#endif
+#include "gpu_op.h"
 
 namespace opbisect {
 namespace tf = ::tensorflow;
@@ -151,18 +148,15 @@ class ColumnSumCpu : public tf::OpKernel {
   }
 };
 
-#define OPBISECT_COLUMNS_CPU(T) \
-  REGISTER_KERNEL_BUILDER(Name("OpbisectColumnSum").Device(tf::DEVICE_CPU).TypeConstraint<T>("T"), ColumnSumCpu<T>)
-OPBISECT_COLUMNS_CPU(Eigen::half);
-OPBISECT_COLUMNS_CPU(Eigen::bfloat16);
-OPBISECT_COLUMNS_CPU(float);
-
-#define OPBISECT_XENT_CPU(T)                                                                                \
-  REGISTER_KERNEL_BUILDER(Name("OpbisectSoftmaxXent").Device(tf::DEVICE_CPU).TypeConstraint<T>("T"), \
-                          SoftmaxXentCpu<T>)
-OPBISECT_XENT_CPU(Eigen::half);
-OPBISECT_XENT_CPU(Eigen::bfloat16);
-OPBISECT_XENT_CPU(float);
+// Both ops, for every dtype they take, on one device with its kernels.
+#define OPBISECT_DENSE_KERNELS(DEVICE, XENT, COLUMNS, T)                                                        \
+  REGISTER_KERNEL_BUILDER(Name("OpbisectSoftmaxXent").Device(DEVICE).TypeConstraint<T>("T"), XENT<T>); \
+  REGISTER_KERNEL_BUILDER(Name("OpbisectColumnSum").Device(DEVICE).TypeConstraint<T>("T"), COLUMNS<T>)
+#define OPBISECT_DENSE(DEVICE, XENT, COLUMNS)                  \
+  OPBISECT_DENSE_KERNELS(DEVICE, XENT, COLUMNS, Eigen::half);     \
+  OPBISECT_DENSE_KERNELS(DEVICE, XENT, COLUMNS, Eigen::bfloat16); \
+  OPBISECT_DENSE_KERNELS(DEVICE, XENT, COLUMNS, float)
+OPBISECT_DENSE(tf::DEVICE_CPU, SoftmaxXentCpu, ColumnSumCpu);
 
 #ifdef OPBISECT_WITH_CUDA
 template <typename T> constexpr int kDenseType = kDenseF32;
@@ -178,15 +172,13 @@ class SoftmaxXentGpu : public tf::OpKernel {
     tf::Tensor *loss, *backprop;
     OP_REQUIRES_OK(c, Prepare(c, &n, &classes, &loss, &backprop));
     if (n == 0) return;
-    auto* s = c->op_device_context()->stream();
-    OP_REQUIRES(c, s != nullptr, tf::errors::Internal("OpbisectSoftmaxXent: no GPU stream"));
+    void* stream;
+    OP_REQUIRES_OK(c, GpuStream(c, "OpbisectSoftmaxXent", &stream));
     const tf::Tensor& labels = c->input(1);
-    const int err = LaunchSoftmaxXent(kDenseType<T>, c->input(0).tensor_data().data(), labels.tensor_data().data(),
-                                      labels.dtype() == tf::DT_INT64, n, classes,
-                                      const_cast<char*>(loss->tensor_data().data()),
-                                      const_cast<char*>(backprop->tensor_data().data()),
-                                      s->platform_specific_handle().stream);
-    OP_REQUIRES(c, err == 0, tf::errors::Internal("OpbisectSoftmaxXent: CUDA error ", err));
+    OP_REQUIRES_OK(c, CudaStatus("OpbisectSoftmaxXent", LaunchSoftmaxXent(
+        kDenseType<T>, c->input(0).tensor_data().data(), labels.tensor_data().data(), labels.dtype() == tf::DT_INT64,
+        n, classes, const_cast<char*>(loss->tensor_data().data()), const_cast<char*>(backprop->tensor_data().data()),
+        stream)));
   }
 };
 
@@ -199,30 +191,18 @@ class ColumnSumGpu : public tf::OpKernel {
     tf::Tensor* sums;
     OP_REQUIRES_OK(c, PrepareColumns(c, &rows, &cols, &sums));
     if (cols == 0) return;
-    auto* s = c->op_device_context()->stream();
-    OP_REQUIRES(c, s != nullptr, tf::errors::Internal("OpbisectColumnSum: no GPU stream"));
+    void* stream;
+    OP_REQUIRES_OK(c, GpuStream(c, "OpbisectColumnSum", &stream));
     tf::Tensor part;  // at least one chunk: no rows sum to zeros
     OP_REQUIRES_OK(c, c->allocate_temp(tf::DT_FLOAT, tf::TensorShape({std::max<int64_t>(1, ColumnChunks(rows)) * cols}),
                                        &part));
-    const int err = LaunchColumnSum(kDenseType<T>, c->input(0).tensor_data().data(), rows, cols,
-                                    const_cast<char*>(sums->tensor_data().data()), part.flat<float>().data(),
-                                    s->platform_specific_handle().stream);
-    OP_REQUIRES(c, err == 0, tf::errors::Internal("OpbisectColumnSum: CUDA error ", err));
+    OP_REQUIRES_OK(c, CudaStatus("OpbisectColumnSum", LaunchColumnSum(
+        kDenseType<T>, c->input(0).tensor_data().data(), rows, cols, const_cast<char*>(sums->tensor_data().data()),
+        part.flat<float>().data(), stream)));
   }
 };
 
-#define OPBISECT_COLUMNS_GPU(T) \
-  REGISTER_KERNEL_BUILDER(Name("OpbisectColumnSum").Device(tf::DEVICE_GPU).TypeConstraint<T>("T"), ColumnSumGpu<T>)
-OPBISECT_COLUMNS_GPU(Eigen::half);
-OPBISECT_COLUMNS_GPU(Eigen::bfloat16);
-OPBISECT_COLUMNS_GPU(float);
-
-#define OPBISECT_XENT_GPU(T)                                                                                \
-  REGISTER_KERNEL_BUILDER(Name("OpbisectSoftmaxXent").Device(tf::DEVICE_GPU).TypeConstraint<T>("T"), \
-                          SoftmaxXentGpu<T>)
-OPBISECT_XENT_GPU(Eigen::half);
-OPBISECT_XENT_GPU(Eigen::bfloat16);
-OPBISECT_XENT_GPU(float);
+OPBISECT_DENSE(tf::DEVICE_GPU, SoftmaxXentGpu, ColumnSumGpu);
 #endif
 
 }  // namespace

@@ -150,7 +150,7 @@ def _rebuilt_body(region, graph_def, rewrite: Rewrite):
     """The body of `region` traced again from its patched GraphDef; a concrete function."""
     import tensorflow as tf
 
-    from ..capture.importer import graph_importer
+    from ..graphdef.importer import graph_importer
 
     run = graph_importer(rewrite.without_own_functions(graph_def), list(region.arg_names),
                          list(region.output_names), "")  # the body's own op names, for a trace of it

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from .. import tfcompat
 from ..errors import UsageError
+from ..graphdef.importer import step_importer
+from ..graphdef.roundtrip import step_function
 from .rewrite import rewrite
 from .selection import Choice
 
@@ -18,8 +20,6 @@ class PatchedStep:
         """`for_tracing`: the step is to be traced again (`as_function`, for `trace --patch`), so its patched
         bodies are traced again around calls of the patches, which that trace can enter, not edited."""
         import tensorflow as tf
-
-        from ..capture.importer import step_importer
 
         if choice.unmatched:
             raise UsageError(f"--patch names {len(choice.unmatched)} op(s) this step does not have, e.g. "
@@ -52,19 +52,9 @@ class PatchedStep:
         """A tf.function of the step's own arguments whose graph is the patched step under the step's own op
         names (a patch's ops are inside a call named as the op it replaces): what `opbisect trace --patch`
         traces, to find the sources the patched ones hid."""
-        import tensorflow as tf
-
-        from ..capture.importer import step_importer
-
         retraced = self.rewrite if not self.rewrite.bodies else \
             rewrite(self.trace, self.choice.by_region(), edit_bodies=False)  # a trace cannot enter an edited body
-        body = step_importer(self.trace, retraced.without_own_functions(), retraced.register,
-                             list(self.trace.output_names), scope="")
-
-        def step(*args):
-            return tfcompat.pack_outputs(self.trace.concrete, body(*self.trace.flat_args(args)))
-
-        return tf.function(step, autograph=False, jit_compile=self.trace.jit_compile)
+        return step_function(self.trace, retraced.without_own_functions(), retraced.register)
 
 
 def _trace(function, args: tuple, name: str):
