@@ -3,6 +3,7 @@ each op's memory-bandwidth floor beside it (issue 42).
 
     python benchmarks/patch_sweep.py --device gpu --json sweep.json --plot sweep.png   # on the H200
     python benchmarks/patch_sweep.py --device cpu --scale 64                           # here: shapes / 64
+    python benchmarks/patch_sweep.py --replot sweep.json --plot sweep.png              # a run's table and plot again
 
 One process. For each case (op, shape, dtype): the raw op (plain) and opbisect's patch as the rewrite builds it
 (patched; beside it, where the patch runs on opbisect's own GPU kernels, its form on TensorFlow's ops alone, which
@@ -260,7 +261,9 @@ def plot(rows, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['op'][:18]} {r['words'][:24]} {r['dtype'][:4]}" for r in rows]
+    short = {"float32": "f32", "float16": "f16", "bfloat16": "bf16",
+             "SparseSoftmaxCrossEntropyWithLogits": "SparseXent"}
+    labels = [f"{short.get(r['op'], r['op'])[:18]} {r['words'][:28]} {short[r['dtype']]}" for r in rows]
     fig, ax = plt.subplots(figsize=(9, 0.22 * len(rows) + 1.5))
     ys = range(len(rows))
     ax.barh(ys, [r["ratio"] for r in rows], color="tab:blue", label="patched / plain")
@@ -284,7 +287,14 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--json", default="")
     parser.add_argument("--plot", default="")
+    parser.add_argument("--replot", default="", help="a JSON this wrote: its table and --plot again, nothing run")
     args = parser.parse_args(argv)
+    if args.replot:
+        rows = json.loads(Path(args.replot).read_text())["rows"]
+        print(table(rows))
+        if args.plot:
+            plot(rows, args.plot)
+        return 0
     from opbisect.execute.prepared import setup_tensorflow
 
     tf, kind = setup_tensorflow(args.device)
