@@ -2,9 +2,9 @@
 
     run_verify(settings)
       ReportFolder(<stem>-verify).prepare()      record/store.py
-      _Step (load, trace, snapshot)               targets/, trace/, execute/snapshot.py
-      measure(plain), measure(patched)            execute/variants.py, patches/step.py
-      time_steps(plain, patched)                  the two in turn, --timing-runs steps each
+      _Step (prepare: load, trace, snapshot)      execute/prepared.py
+      VariantPass(plain), VariantPass(patched)    execute/passes.py on the experiment's Bench, patches/step.py
+      timed_in_turn(plain, patched)               the two in turn, --timing-runs steps each
       children: --variant global | family | cpu   this module, in fresh processes (the switches are global;
                                                   cpu: the plain step on the CPU, the numerical reference)
       Verification + decide                       record/verification.py
@@ -51,40 +51,51 @@ def run_verify(settings: VerifySettings, echo=print) -> int:
 
 @dataclasses.dataclass
 class _Step:
-    """The user's step, traced, with its starting state saved and a way to fingerprint one run's result."""
+    """The user's step, prepared (traced, its starting state saved), and once fed the bench its variants run on:
+    the experiment's (execute/passes.py), so verify's runs restore, feed and fingerprint as trace's do."""
 
-    target: object
-    trace: object
+    prepared: object  # execute/prepared.Prepared
     snapshot: object
-    fingerprint: object
-    values: object  # fingerprints of a list of tensors
-    kind: str
-    fingerprinter: str  # its --fingerprint key
     device: str = ""  # the device it runs on, as the record names it
-    batches: list = dataclasses.field(default_factory=list)  # the arguments of each step of one run (`feed`)
+    bench: object = None  # execute/passes.Bench, once fed
+    batches: tuple = ()  # the arguments of each step of one run (`feed`)
     inputs: list = dataclasses.field(default_factory=list)  # their fingerprints, checked by the children
+
+    @property
+    def trace(self):
+        return self.prepared.trace
+
+    @property
+    def kind(self) -> str:
+        return self.prepared.kind
+
+    @property
+    def fingerprinter(self) -> str:  # its --fingerprint key
+        return self.prepared.fingerprinter.key
 
     def feed(self, steps: int) -> None:
         """Runs of `steps` consecutive steps from the data's first batch (fit_epochs' race fires in step 2 only)."""
         import tensorflow as tf
 
-        from .execute.runner import Feeder
+        from .execute.passes import Bench
+        from .execute.runner import Feeder, Runner
 
-        self.batches = list(Feeder(self.target, steps).run())
-        self.inputs = self.values([tf.convert_to_tensor(a) for a in tf.nest.flatten(self.batches)])
+        p = self.prepared
+        feeder = Feeder(p.target, steps)
+        self.bench = Bench(Runner(p.trace, p.target, p.state_fps, p.value_fps), feeder, self.snapshot,
+                           lambda stage: None)
+        self.batches = tuple(feeder.run())
+        self.inputs = p.value_fps([tf.convert_to_tensor(a) for a in tf.nest.flatten(self.batches)])
 
-    def run(self, call):
-        """One run of `call`: every batch in turn; the last step's outputs (the state is the whole run's)."""
-        def run():
-            outputs = None
-            for args in self.batches:
-                outputs = call(*args)
-            return outputs
-        return run
+    def variant(self, call):
+        from .execute.passes import VariantPass
+
+        return VariantPass(self.bench, call, self.batches)
 
 
 def _load(settings: VerifySettings, starting: dict | None = None) -> _Step:
-    from .execute.prepared import prepare
+    from .execute.prepared import environment, prepare
+    from .patches.selection import through_step
 
     def setup(tf):
         for gpu in tf.config.list_physical_devices("GPU"):  # the children share the GPU: take memory as needed
@@ -95,38 +106,19 @@ def _load(settings: VerifySettings, starting: dict | None = None) -> _Step:
         if settings.variant == "global":
             tf.config.experimental.enable_op_determinism()
 
-    from .patches.selection import through_step
-
     steps = settings.steps or through_step(settings.patch)  # the batches an intercepted script's step needs
     step = prepare(dataclasses.replace(settings, patch="", steps=steps), setup, starting=starting)  # patched below
-    tf, values, state = step.tf, step.value_fps, step.state_fps
-
-    def fingerprint(outputs) -> tuple:
-        return tuple(values(tf.nest.flatten(outputs, expand_composites=True))), tuple(sorted(state().items()))
-
-    from .execute.prepared import environment
-
-    return _Step(step.target, step.trace, step.snapshot(), fingerprint, values, step.kind, step.fingerprinter.key,
-                 environment(tf, step.kind)["device"])
+    return _Step(step, step.snapshot(), environment(step.tf, step.kind)["device"])
 
 
-def _measure(step: _Step, call, runs: int):
-    """`runs` runs of `call` over the step's batches; times per step."""
-    from .execute.variants import measure
+def _measured_in_turn(step: _Step, calls: list, runs: int, timing_runs: int) -> list[Measured]:
+    """Each call's `runs` runs as a pass on the step's bench, one after the other, then all timed in turn."""
+    from .execute.passes import timed_in_turn
 
-    m = measure(step.run(call), (), step.snapshot.restore, step.fingerprint, step.trace.variables, runs)
-    m.times = [t / len(step.batches) for t in m.times]
-    return m
-
-
-def _time(step: _Step, measured: list, calls: list, steps: int) -> None:
-    """More timed runs of each call that ran, in turn (`--timing-runs`), into its Measured; times per step."""
-    from .execute.variants import time_steps
-
-    if steps and not any(m.error for m in measured):
-        runs = [step.run(c) for c in calls]
-        for m, times in zip(measured, time_steps(runs, (), step.snapshot.restore, steps)):
-            m.timed = [t / len(step.batches) for t in times]
+    passes = [step.variant(c) for c in calls]
+    measured = [p.run(runs) for p in passes]
+    timed_in_turn(passes, measured, timing_runs)
+    return measured
 
 
 def _configured(v: Variant) -> Variant:
@@ -184,18 +176,15 @@ def _in_process(settings: VerifySettings, step: _Step, choice) -> tuple[list[tup
     from .patches.step import PatchedStep
 
     patched = PatchedStep(step.trace, choice)
-    plain = _measure(step, step.trace.concrete, settings.runs)
+    calls = [step.trace.concrete, patched] if patched.replaced else [step.trace.concrete]
+    plain, *fixed = _measured_in_turn(step, calls, settings.runs, settings.timing_runs)
     if plain.error:
         raise TargetError(f"the step raised {plain.error}")
-    if patched.replaced:
-        fixed = _measure(step, patched, settings.runs)
-        if fixed.error:
-            raise InternalError(f"the patched step failed where the plain step ran ({fixed.error})")
-        _time(step, [plain, fixed], [step.trace.concrete, patched], settings.timing_runs)
-    else:  # nothing rewritten (the ops named have only a family switch): the plain step, not a variant
-        fixed = Measured(error="no op was replaced (the ops named have a family switch and no rewrite, or are no "
-                               "op's own variation)")
-        _time(step, [plain], [step.trace.concrete], settings.timing_runs)
+    if fixed and fixed[0].error:
+        raise InternalError(f"the patched step failed where the plain step ran ({fixed[0].error})")
+    # nothing rewritten (the ops named have only a family switch): the plain step, not a variant
+    fixed = fixed[0] if fixed else Measured(error="no op was replaced (the ops named have a family switch and no "
+                                                  "rewrite, or are no op's own variation)")
     return [(_variant(PLAIN, "the step as written", plain, plain), plain),
             (_variant(PATCHED, f"{len(patched.replaced)} op(s) replaced by opbisect's patches", fixed, plain), fixed)
             ], patched, plain
@@ -310,8 +299,7 @@ def _child(settings: VerifySettings) -> int:
             from .patches.step import PatchedStep
 
             call = PatchedStep(step.trace, choose(step.trace.graph, settings.patch))
-        measured = _measure(step, call, settings.runs)
-        _time(step, [measured], [call], settings.timing_runs)
+        measured, = _measured_in_turn(step, [call], settings.runs, settings.timing_runs)
     comparable = sorted(step.snapshot.keys) == start["keys"] and step.inputs == start["inputs"]
     names = list(measured.first)
     np.savez(exchange / f"{settings.variant}.npz", *[measured.first[n] for n in names])

@@ -105,22 +105,23 @@ def column_sum():
     return kernels.load(cuda=False).opbisect_column_sum
 
 
+CHUNK, CHUNKS = 64, 256  # kColumnChunkMin, kColumnChunksMax in dense.h
+
+
 def chunked_sums(x):
-    """The column sum's definition in NumPy (dense.h): rows in chunks of 64, each chunk's rows added in order from
-    zero in float32, then the chunks' sums added in order from zero."""
+    """The column sum's definition in NumPy (dense.h): rows in chunks of max(64, ceil(rows / 256)), each chunk's
+    rows added in order from zero in float32, then the chunks' sums added in order from zero."""
     total = np.zeros(x.shape[1], np.float32)
-    for first in range(0, x.shape[0], CHUNK):
+    size = max(CHUNK, -(-x.shape[0] // CHUNKS))
+    for first in range(0, x.shape[0], size):
         chunk = np.zeros(x.shape[1], np.float32)
-        for row in x[first:first + CHUNK].astype(np.float32):
+        for row in x[first:first + size].astype(np.float32):
             chunk = (chunk + row).astype(np.float32)
         total = (total + chunk).astype(np.float32)
     return total
 
 
-CHUNK = 64  # kColumnChunk in dense.h
-
-
-@pytest.mark.parametrize("rows,cols", [(0, 5), (1, 3), (64, 7), (65, 300), (1000, 33)])
+@pytest.mark.parametrize("rows,cols", [(0, 5), (1, 3), (64, 7), (65, 300), (1000, 33), (20_000, 3)])  # 79-row chunks
 def test_the_column_sums_add_in_the_documented_order_bit_for_bit(column_sum, rows, cols):
     x = (np.random.default_rng(rows).standard_normal((rows, cols)) * 1000).astype(np.float32)  # rounding shows
     got = column_sum(x).numpy()

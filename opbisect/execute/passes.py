@@ -6,6 +6,10 @@
                   (or pinned: the baseline the analysis compares)
     AnalysisPass  the instrumented step, per step: taps, compare,   -> [(StepAnalysis, Comparison, replay inputs)]
                   the magnitude of each source, each replayed alone
+    VariantPass   verify's variants: a step like the plain one (the    -> Measured (execute/variants.py)
+                  patched step, the plain step under a switch), its
+                  results, times and first values; `timed_in_turn`
+                  times several side by side
 
 Every pass reads the same `Bench` (runner, feeder, starting snapshot, stage clock), so none of them loads, traces or
 restores anything of its own: the prepared step (execute/prepared.py) did that once.
@@ -16,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from typing import Any
+
+from .variants import Measured, measure, time_steps
 
 PLAIN_STAGE = "plain passes (and model.fit)"  # the record's meta.timings key these passes add to
 
@@ -79,3 +85,45 @@ class AnalysisPass:
         done = StepAnalyser(self, runs, options, differing_batches).run()
         self.bench.lap("op analysis: the reference's steps")
         return done
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantPass:
+    """`call` (called like the step) over one run's batches, from the bench's state every run: what verify measures
+    of each variant. The batches are fed once, so every run and every variant reads the same ones."""
+
+    bench: Bench
+    call: Any
+    batches: tuple
+
+    def one_run(self):
+        """Every batch in turn; the last step's outputs (the state is the whole run's)."""
+        outputs = None
+        for args in self.batches:
+            outputs = self.call(*args)
+        return outputs
+
+    def fingerprint(self, outputs) -> tuple:
+        """One run's comparable result: the outputs' fingerprints and the state's, as the plain pass reads them."""
+        import tensorflow as tf
+
+        runner = self.bench.runner
+        return (tuple(runner.output_fps(tf.nest.flatten(outputs, expand_composites=True))),
+                tuple(sorted(runner.state_fps().items())))
+
+    def run(self, runs: int) -> Measured:
+        """`runs` runs, each from the bench's state; times per step."""
+        done = measure(self.one_run, (), self.bench.start.restore, self.fingerprint,
+                       self.bench.runner.trace.variables, runs)
+        done.times = [t / len(self.batches) for t in done.times]
+        return done
+
+
+def timed_in_turn(passes: list[VariantPass], measured: list[Measured], steps: int) -> None:
+    """`steps` more timed runs of each pass, the passes in turn (a drift of the machine's speed falls on all alike),
+    into its Measured (`timed`, per step); none where a pass failed."""
+    if not steps or any(m.error for m in measured):
+        return
+    times = time_steps([p.one_run for p in passes], (), passes[0].bench.start.restore, steps)
+    for p, m, t in zip(passes, measured, times):
+        m.timed = [x / len(p.batches) for x in t]

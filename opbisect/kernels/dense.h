@@ -29,13 +29,22 @@ int LaunchSoftmaxXent(int type, const void* features, const void* labels, bool l
                       void* loss, void* backprop, void* stream);
 
 // The deterministic column sum (`OpbisectColumnSum`): x[rows, cols] -> out[c] = sum_r x[r, c], what BiasAddGrad
-// computes for a channels-last gradient seen as [rows, channels]. The rows are cut into chunks of kColumnChunk;
-// each chunk's rows of one column are added in order (one GPU thread, consecutive threads on consecutive columns,
-// so each row is read coalesced), from zero, in float for the half types; then each column's chunk sums are added
-// in order. One read of x, a scratch of rows / kColumnChunk floats per column, no atomics.
-constexpr int64_t kColumnChunk = 64;
+// computes for a channels-last gradient seen as [rows, channels]. The rows are cut into chunks of ColumnChunk(rows)
+// rows; each chunk's rows of one column are added in order (one GPU thread, consecutive threads on consecutive
+// columns, so each row is read coalesced), from zero, in float for the half types; then each column's chunk sums
+// are added in order. One read of x, a scratch of at most kColumnChunksMax floats per column, no atomics. The chunk
+// grows with the rows (at least 64 rows, at most 256 chunks), so the second pass, one thread a column, adds at most
+// 256 sums: a ResNet's [100352, 64] gradient would otherwise leave one block adding 1568 of them.
+constexpr int64_t kColumnChunkMin = 64;
+constexpr int64_t kColumnChunksMax = 256;
 
-inline int64_t ColumnChunks(int64_t rows) { return (rows + kColumnChunk - 1) / kColumnChunk; }
+// Rows per chunk: a function of the row count alone, so the order of the adds depends on nothing else.
+inline int64_t ColumnChunk(int64_t rows) {
+  const int64_t even = (rows + kColumnChunksMax - 1) / kColumnChunksMax;
+  return even > kColumnChunkMin ? even : kColumnChunkMin;
+}
+
+inline int64_t ColumnChunks(int64_t rows) { return (rows + ColumnChunk(rows) - 1) / ColumnChunk(rows); }
 
 // Enqueues the op on `stream`; rows >= 1, cols >= 1; `part` holds ColumnChunks(rows) * cols floats.
 int LaunchColumnSum(int type, const void* x, int64_t rows, int64_t cols, void* out, float* part, void* stream);

@@ -96,11 +96,11 @@ cudaError_t LaunchTyped(const void* features, const void* labels, bool labels64,
 constexpr int kColumnThreads = 256;
 
 template <typename T>
-__global__ void SumChunks(const T* x, int64_t rows, int64_t cols, float* part) {
+__global__ void SumChunks(const T* x, int64_t rows, int64_t cols, int64_t chunk, float* part) {
   const int64_t col = blockIdx.y * int64_t{kColumnThreads} + threadIdx.x;
   if (col >= cols) return;
-  const int64_t first = blockIdx.x * kColumnChunk;
-  const int64_t last = first + kColumnChunk < rows ? first + kColumnChunk : rows;
+  const int64_t first = blockIdx.x * chunk;
+  const int64_t last = first + chunk < rows ? first + chunk : rows;
   float sum = 0.0f;
   for (int64_t r = first; r < last; ++r) sum += Wide(x[r * cols + col]);
   part[blockIdx.x * cols + col] = sum;
@@ -123,7 +123,7 @@ cudaError_t ColumnSum(const void* x, int64_t rows, int64_t cols, void* out, floa
   // chunks, and the sums are zeros.
   if (chunks > 0)
     SumChunks<T><<<dim3(static_cast<unsigned>(chunks), tiles), kColumnThreads, 0, stream>>>(
-        static_cast<const T*>(x), rows, cols, part);
+        static_cast<const T*>(x), rows, cols, ColumnChunk(rows), part);
   SumParts<T><<<tiles, kColumnThreads, 0, stream>>>(part, chunks, cols, static_cast<T*>(out));
   return cudaGetLastError();
 }

@@ -137,9 +137,10 @@ class ColumnSumCpu : public tf::OpKernel {
     const T* x = c->input(0).flat<T>().data();
     T* sums = sums_t->flat<T>().data();
     std::vector<float> total(cols, 0.0f), chunk(cols);
-    for (int64_t first = 0; first < rows; first += kColumnChunk) {  // each chunk from zero, then into the total
+    const int64_t size = ColumnChunk(rows);
+    for (int64_t first = 0; first < rows; first += size) {  // each chunk from zero, then into the total
       std::fill(chunk.begin(), chunk.end(), 0.0f);
-      const int64_t last = std::min(rows, first + kColumnChunk);
+      const int64_t last = std::min(rows, first + size);
       for (int64_t r = first; r < last; ++r)
         for (int64_t j = 0; j < cols; ++j) chunk[j] += static_cast<float>(x[r * cols + j]);
       for (int64_t j = 0; j < cols; ++j) total[j] += chunk[j];
