@@ -46,10 +46,11 @@ def test_an_unmodified_script_gets_the_fresh_process_oracles_verdict(tmp_path, e
 @pytest.mark.races
 def test_the_racy_script_is_named_at_its_scatter_as_the_oracle_sees_it_vary(tmp_path):
     script = ZERO / "racy_embedding_loop.py"
-    sources = pd.DataFrame()
-    for attempt in range(4):  # a real race: on a loaded machine a sample may not show it (never in 4: the test fails)
+    sources, fired = pd.DataFrame(), 0
+    for attempt in range(4):  # a real race: on a loaded machine a sample may not show it
         if _python(script) == _python(script):
             continue
+        fired += 1
         # where the plain runs differ and the instrumented ones happen not to, the claim is unsettled: --max-runs
         # looks again with more runs, as a user would; a trace that still names nothing is retried
         done = _opbisect("trace", script, "--runs", "6", "--max-runs", "18", "--no-progress", "--no-replay",
@@ -58,7 +59,9 @@ def test_the_racy_script_is_named_at_its_scatter_as_the_oracle_sees_it_vary(tmp_
         sources = pd.read_csv(tmp_path / str(attempt) / "racy_embedding_loop" / "sources.csv")
         if done.returncode == 1 and len(sources):
             break
-    assert len(sources), "the oracle never saw the race, or opbisect never named it, in 4 attempts"
+    if not fired:  # as `git bisect run` reads 125: this machine's load kept the race from firing; nothing to compare
+        pytest.skip("the race never fired for the oracle in 4 pairs of runs (a loaded machine): cannot test here")
+    assert len(sources), f"the oracle saw the race in {fired} of 4 attempts; opbisect never named it"
     assert (sources.iloc[0]["op_type"], sources.iloc[0]["kind"]) == ("ResourceScatterSub", "write")
 
 
