@@ -52,8 +52,10 @@ def test_the_racy_script_is_named_at_its_scatter_as_the_oracle_sees_it_vary(tmp_
             continue
         fired += 1
         # where the plain runs differ and the instrumented ones happen not to, the claim is unsettled: --max-runs
-        # looks again with more runs, as a user would; a trace that still names nothing is retried
-        done = _opbisect("trace", script, "--runs", "6", "--max-runs", "18", "--no-progress", "--no-replay",
+        # looks again with more runs, as a user would; a trace that still names nothing is retried. 48: beside the
+        # whole suite, two busy loops and a second suite the race fired in about 1 step of 24 (the oracle's 3 steps
+        # twice, once in 4 attempts) and 18 runs missed it
+        done = _opbisect("trace", script, "--runs", "6", "--max-runs", "48", "--no-progress", "--no-replay",
                          "--out", tmp_path / str(attempt))
         assert done.returncode in (0, 1), done.stderr[-2000:]
         sources = pd.read_csv(tmp_path / str(attempt) / "racy_embedding_loop" / "sources.csv")
