@@ -75,8 +75,6 @@ class _Step:
 
     def feed(self, steps: int) -> None:
         """Runs of `steps` consecutive steps from the data's first batch (fit_epochs' race fires in step 2 only)."""
-        import tensorflow as tf
-
         from .execute.passes import Bench
         from .execute.runner import Feeder, Runner
 
@@ -85,7 +83,7 @@ class _Step:
         self.bench = Bench(Runner(p.trace, p.target, p.state_fps, p.value_fps), feeder, self.snapshot,
                            lambda stage: None)
         self.batches = tuple(feeder.run())
-        self.inputs = p.value_fps([tf.convert_to_tensor(a) for a in tf.nest.flatten(self.batches)])
+        self.inputs = self.bench.runner.arguments(self.batches)  # as the plain pass fingerprints a step's batch
 
     def variant(self, call):
         from .execute.passes import VariantPass

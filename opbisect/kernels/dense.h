@@ -10,9 +10,40 @@
 // row where the op's own kernel takes four (one read for max and sum together, one read and one write for the
 // gradient). A label outside [0, c) gives a row of NaN, as the GPU kernel gives (its CPU kernel raises).
 #pragma once
+#include <cmath>
 #include <cstdint>
 
+#ifdef __CUDACC__
+#define OPBISECT_HOST_DEVICE __host__ __device__
+#else
+#define OPBISECT_HOST_DEVICE
+#endif
+
 namespace opbisect {
+
+// (max, sum of exp(x - max)) with x folded in: one thread's step, on the GPU and in the CPU kernel alike. An entry
+// of -inf adds nothing (and would make exp(-inf - -inf)).
+OPBISECT_HOST_DEVICE inline void XentFold(float x, float* m, float* s) {
+  if (x > *m) {
+    *s = *s * expf(*m - x) + 1.0f;
+    *m = x;
+  } else if (x != -INFINITY) {
+    *s += expf(x - *m);
+  }
+}
+
+// (m, s) merged with (m2, s2): one step of the block's tree; an empty side (s == 0) adds nothing.
+OPBISECT_HOST_DEVICE inline void XentMerge(float m2, float s2, float* m, float* s) {
+  if (s2 == 0.0f) return;
+  if (*s == 0.0f) {
+    *m = m2;
+    *s = s2;
+    return;
+  }
+  const float top = fmaxf(*m, m2);
+  *s = *s * expf(*m - top) + s2 * expf(m2 - top);
+  *m = top;
+}
 
 // Threads per row: a power of two from 32 to 1024, about c / 16, so that each thread folds at least ~16 entries
 // and a 128k-entry row still fills one block. A function of c alone: the order depends on nothing else.

@@ -1,4 +1,5 @@
-// The GPU kernel of `OpbisectSoftmaxXent` (xent.h): one block per row, sums in one fixed order.
+// The GPU kernels of `OpbisectSoftmaxXent` (one block a row) and `OpbisectColumnSum` (dense.h): every sum in
+// one fixed order.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -19,29 +20,6 @@ template <> __device__ __forceinline__ float Narrow<float>(float x) { return x; 
 template <> __device__ __forceinline__ __half Narrow<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 Narrow<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-// (max, sum of exp(x - max)) with x folded in. An entry of -inf adds nothing (and would make exp(-inf - -inf)).
-__device__ __forceinline__ void Fold(float x, float* m, float* s) {
-  if (x > *m) {
-    *s = *s * expf(*m - x) + 1.0f;
-    *m = x;
-  } else if (x != -INFINITY) {
-    *s += expf(x - *m);
-  }
-}
-
-// (m, s) merged with (m2, s2); an empty side (s == 0) adds nothing.
-__device__ __forceinline__ void Merge(float m2, float s2, float* m, float* s) {
-  if (s2 == 0.0f) return;
-  if (*s == 0.0f) {
-    *m = m2;
-    *s = s2;
-    return;
-  }
-  const float top = fmaxf(*m, m2);
-  *s = *s * expf(*m - top) + s2 * expf(m2 - top);
-  *m = top;
-}
-
 template <typename T, typename L>
 __global__ void SoftmaxXent(const T* features, const L* labels, int64_t c, T* loss, T* backprop) {
   extern __shared__ float shared[];  // [threads] maxima, then [threads] sums
@@ -49,7 +27,7 @@ __global__ void SoftmaxXent(const T* features, const L* labels, int64_t c, T* lo
   const int64_t row = blockIdx.x;
   const T* x = features + row * c;
   float m = -INFINITY, s = 0.0f;
-  for (int64_t j = t; j < c; j += threads) Fold(Wide(x[j]), &m, &s);
+  for (int64_t j = t; j < c; j += threads) XentFold(Wide(x[j]), &m, &s);
   float* ms = shared;
   float* ss = shared + threads;
   ms[t] = m;
@@ -58,7 +36,7 @@ __global__ void SoftmaxXent(const T* features, const L* labels, int64_t c, T* lo
   for (int stride = threads / 2; stride > 0; stride /= 2) {
     if (t < stride) {
       float a = ms[t], b = ss[t];
-      Merge(ms[t + stride], ss[t + stride], &a, &b);
+      XentMerge(ms[t + stride], ss[t + stride], &a, &b);
       ms[t] = a;
       ss[t] = b;
     }

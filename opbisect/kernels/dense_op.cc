@@ -62,27 +62,6 @@ int64_t Label(const tf::Tensor& labels, int64_t row) {
   return labels.dtype() == tf::DT_INT64 ? labels.flat<int64_t>()(row) : labels.flat<int32_t>()(row);
 }
 
-void Fold(float x, float* m, float* s) {
-  if (x > *m) {
-    *s = *s * std::exp(*m - x) + 1.0f;
-    *m = x;
-  } else if (x != -std::numeric_limits<float>::infinity()) {
-    *s += std::exp(x - *m);
-  }
-}
-
-void Merge(float m2, float s2, float* m, float* s) {
-  if (s2 == 0.0f) return;
-  if (*s == 0.0f) {
-    *m = m2;
-    *s = s2;
-    return;
-  }
-  const float top = std::max(*m, m2);
-  *s = *s * std::exp(*m - top) + s2 * std::exp(m2 - top);
-  *m = top;
-}
-
 template <typename T>
 class SoftmaxXentCpu : public tf::OpKernel {
  public:
@@ -102,10 +81,10 @@ class SoftmaxXentCpu : public tf::OpKernel {
       for (int t = 0; t < threads; ++t) {  // each GPU thread's fold, in its order
         ms[t] = -std::numeric_limits<float>::infinity();
         ss[t] = 0.0f;
-        for (int64_t j = t; j < classes; j += threads) Fold(static_cast<float>(x[j]), &ms[t], &ss[t]);
+        for (int64_t j = t; j < classes; j += threads) XentFold(static_cast<float>(x[j]), &ms[t], &ss[t]);
       }
       for (int stride = threads / 2; stride > 0; stride /= 2)  // the block's tree
-        for (int t = 0; t < stride; ++t) Merge(ms[t + stride], ss[t + stride], &ms[t], &ss[t]);
+        for (int t = 0; t < stride; ++t) XentMerge(ms[t + stride], ss[t + stride], &ms[t], &ss[t]);
       const float top = ms[0], sum = ss[0];
       const int64_t label = Label(c->input(1), row);
       const bool valid = label >= 0 && label < classes;

@@ -11,13 +11,11 @@ _LOW_PRECISION = ("float16", "bfloat16")
 
 
 def _own_op(ctx, x, name: str):
-    """One of opbisect's own dense ops (opbisect/kernels/dense.h) where it can run: on a GPU, outside XLA (which
-    compiles TensorFlow's ops only), for the dtypes it has kernels for; else None."""
-    from .reductions import own_ops
+    """One of opbisect's own dense ops (opbisect/kernels/dense.h) where it can run (reductions.usable_own_ops) and
+    has kernels for x's dtype; else None."""
+    from .reductions import usable_own_ops
 
-    if ctx.on_cpu or ctx.xla or not ctx.own_kernels or x.dtype.name not in ("float32", *_LOW_PRECISION):
-        return None
-    ops = own_ops()
+    ops = usable_own_ops(ctx) if x.dtype.name in ("float32", *_LOW_PRECISION) else None
     return None if ops is None else getattr(ops, name)
 
 

@@ -130,7 +130,15 @@ def _path(ctx, dtype) -> str:
         return "fixed" if dtype.name in _FIXED_DTYPES else "scan"
     if dtype.name not in _SORT_KERNEL_DTYPES:
         return "scan"
-    return "combine" if ctx.own_kernels and own_ops() is not None else "sorted"
+    return "combine" if usable_own_ops(ctx) is not None else "sorted"
+
+
+def usable_own_ops(ctx):
+    """opbisect's op library where this node may run on it: a GPU, outside XLA (which compiles TensorFlow's ops
+    only), unless the patch is to take TensorFlow's kernels; else None."""
+    if ctx.on_cpu or ctx.xla or not ctx.own_kernels:
+        return None
+    return own_ops()
 
 
 @functools.cache
