@@ -1,6 +1,7 @@
-"""On the GPU: opbisect's combine op (opbisect/kernels/combine.h) against its CPU kernel bit for bit, its
-runs, the GPU scatter's treatment of index -1 (the padding the patches write there), and the patches built on it
-timed op alone, side by side with the plain op and with TensorFlow's sort-based kernels (an earlier patch form)."""
+"""On the GPU: opbisect's combine and segment-sum ops (opbisect/kernels/combine.h) against their CPU kernels bit
+for bit, their runs, the GPU scatter's treatment of index -1 (the padding the patches write there), and the
+patches built on them timed op alone, side by side with the plain op and with TensorFlow's sort-based kernels
+(an earlier patch form)."""
 
 import os
 import sys
@@ -15,7 +16,8 @@ from opbisect.patches import PATCHES, PatchContext  # noqa: E402
 
 tf, kind = setup_tensorflow(os.environ.get("CHECK_DEVICE", "gpu"))  # "cpu": a smoke run
 start = time.perf_counter()
-op = kernels.load(cuda=kind == "gpu").opbisect_combine
+ops = kernels.load(cuda=kind == "gpu")
+op = ops.opbisect_combine
 print(f"op library built and loaded in {time.perf_counter() - start:.1f} s")
 rng = np.random.default_rng(0)
 DEV = "/GPU:0" if kind == "gpu" else "/CPU:0"
@@ -40,6 +42,23 @@ for dtype in (tf.float32, tf.float16, tf.bfloat16, tf.float64):
         runs = len({combine_on(DEV, keys, data)[1].tobytes() for _ in range(20)})
         print(f"combine {dtype.name} {name}: device and CPU kernels bitwise equal: {same}; distinct sums in 20 device "
               f"runs: {runs}; {len(np.unique(keys))} distinct keys")
+
+
+
+def segment_sum_on(device, keys, data, segments):
+    with tf.device(device):
+        return ops.opbisect_segment_sum(tf.constant(keys), tf.identity(data), segments).numpy()
+
+
+for dtype in (tf.float32, tf.float16, tf.bfloat16, tf.float64):
+    for name, keys in (("zipf", zipf), ("spread", spread), ("1000 keys", few)):
+        data = tf.cast(rng.standard_normal((n, width)) * 4, dtype)
+        keys = np.where(keys < 50_000, keys, -1)  # an output of 50k rows; the rest dropped (as out of range)
+        gpu = segment_sum_on(DEV, keys, data, 50_000)
+        same = gpu.tobytes() == segment_sum_on("/CPU:0", keys, data, 50_000).tobytes()
+        runs = len({segment_sum_on(DEV, keys, data, 50_000).tobytes() for _ in range(20)})
+        print(f"segment sum {dtype.name} {name}: device and CPU kernels bitwise equal: {same}; distinct outputs in "
+              f"20 device runs: {runs}")
 
 with tf.device(DEV):
     v = tf.Variable(tf.zeros([5, 2]))
@@ -118,6 +137,13 @@ with tf.device(DEV):
             return tf.tensor_scatter_nd_update(tf.zeros([1000, width]), distinct[:, None], total)
 
         sums["combine, update write"] = combine_update
+
+        @tf.function
+        def combine_atomic_sum(d, i):  # the patch until session 46: the combine, then TF's segment sum of its rows
+            distinct, total = op(i, d, -1)
+            return tf.math.unsorted_segment_sum(total, distinct, 1000)
+
+        sums["combine, then segment sum"] = combine_atomic_sum
     i = tf.constant(few)
     for label, fn in sums.items():
         print(f"UnsortedSegmentSum {label} (1000 segments): distinct in 20 runs",

@@ -1,4 +1,5 @@
-"""opbisect's combine and scatter ops (`OpbisectCombine`, `OpbisectScatterCombine`, opbisect/kernels/combine.h),
+"""opbisect's combine, scatter and segment-sum ops (`OpbisectCombine`, `OpbisectScatterCombine`,
+`OpbisectSegmentSum`, opbisect/kernels/combine.h),
 through their CPU kernels: the GPU kernels add in the same order, and the H200 runs check the two bit for bit
 (benchmarks/check_combine.py, benchmarks/check_scatter.py). Here: the distinct keys and their
 exact sums, the padding, every dtype, the documented order of the adds (what makes the result the same on every
@@ -25,6 +26,11 @@ def combine():
 @pytest.fixture(scope="module")
 def scatter():
     return kernels.load(cuda=False).opbisect_scatter_combine
+
+
+@pytest.fixture(scope="module")
+def segments():
+    return kernels.load(cuda=False).opbisect_segment_sum
 
 
 def ordered_sums(keys, rows, acc=np.float32):
@@ -168,3 +174,45 @@ def test_calls_of_one_size_in_a_row_give_the_same_bits_as_the_first(combine, sca
         if len(k) == len(keys):
             assert table.numpy()[want_keys].tobytes() == (np.float32(0) + want).tobytes()
             assert sums[:len(want_keys)].tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("dtype,acc", [(np.float32, np.float32), (np.float64, np.float64),
+                                       (np.float16, np.float32), (tf.bfloat16.as_numpy_dtype, np.float32)])
+def test_the_segment_sum_writes_each_keys_ordered_sum_and_zeros_elsewhere(segments, dtype, acc):
+    rng = np.random.default_rng(6)
+    keys = np.minimum(rng.zipf(1.2, 3000) - 1, 40).astype(np.int64)
+    keys[rng.choice(3000, 300, replace=False)] = rng.choice([-7, 50, 2 ** 40], 300)  # dropped: out of range
+    rows = (rng.normal(size=(3000, 3)) * 10).astype(dtype)
+    out = segments(keys=keys, rows=rows, num_segments=np.int64(50)).numpy()
+    want = np.zeros((50, 3), dtype)
+    dropped_last = np.where((keys >= 0) & (keys < 50), keys, 50).astype(np.int32)
+    for key, total in zip(*ordered_sums(dropped_last, rows, acc)):
+        if key < 50:
+            want[key] = total
+    assert out.shape == (50, 3) and out.tobytes() == want.tobytes()
+    assert np.bincount(dropped_last).max() > 4 * CHUNK  # a hot key over many chunks
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(0, 600), num=st.integers(0, 60), d=st.integers(0, 4), seed=st.integers(0, 2 ** 16),
+       wide=st.booleans())
+def test_the_segment_sum_is_tensorflows_where_every_order_gives_one_sum(segments, n, num, d, seed, wide):
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(-3, num + 3, n).astype(np.int64 if wide else np.int32)  # a few out of range each side
+    rows = rng.integers(-8, 9, (n, d, 2)).astype(np.float32)  # integer-valued: every order gives these sums
+    out = segments(keys=keys, rows=rows, num_segments=np.int64(num) if wide else np.int32(num)).numpy()
+    inside = (keys >= 0) & (keys < num)  # TensorFlow's CPU kernel refuses ids past the end; its GPU one drops them
+    want = tf.math.unsorted_segment_sum(rows[inside], keys[inside], num).numpy()
+    assert out.shape == (num, d, 2) == want.shape
+    assert (out == want).all()
+
+
+def test_the_segment_sums_shape_is_known_while_tracing(segments):
+    traced = tf.function(lambda k, r: segments(keys=k, rows=r, num_segments=7)).get_concrete_function(
+        tf.TensorSpec([None], tf.int32), tf.TensorSpec([None, 3, 2]))
+    assert traced.output_shapes.as_list() == [7, 3, 2]
+
+
+def test_a_negative_segment_count_is_refused(segments):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="num_segments must be in"):
+        segments(keys=tf.constant([0]), rows=tf.ones([1, 2]), num_segments=-1)

@@ -51,4 +51,7 @@ int LaunchScatterCombine(int type, bool subtract, const void* keys, bool keys64,
 // A device-to-device copy on `stream` (the variable's buffer, when another tensor still holds it).
 int LaunchCopy(void* to, const void* from, size_t bytes, void* stream);
 
+// Zeros on `stream` (the segment sum's output, before the scatter's sums are added into it).
+int LaunchZero(void* to, size_t bytes, void* stream);
+
 }  // namespace opbisect

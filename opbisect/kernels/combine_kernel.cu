@@ -532,4 +532,8 @@ int LaunchCopy(void* to, const void* from, size_t bytes, void* stream) {
                                           static_cast<cudaStream_t>(stream)));
 }
 
+int LaunchZero(void* to, size_t bytes, void* stream) {
+  return static_cast<int>(cudaMemsetAsync(to, 0, bytes, static_cast<cudaStream_t>(stream)));
+}
+
 }  // namespace opbisect

@@ -1,6 +1,7 @@
 // TensorFlow ops `OpbisectCombine`: keys int32[n], rows T[n, ...], pad int32 -> distinct int32[n], sums T[n, ...],
-// and `OpbisectScatterCombine`: a variable, keys[...], rows[..., ...] -> the variable's rows updated in place (see
-// combine.h). CPU kernels always, adding in exactly the GPU kernels' order (so the two agree bit for bit); GPU
+// `OpbisectScatterCombine`: a variable, keys[...], rows[..., ...] -> the variable's rows updated in place, and
+// `OpbisectSegmentSum`: keys[n], rows T[n, ...], num_segments -> T[num_segments, ...], the scatter's sums added into
+// zeros (see combine.h). CPU kernels always, adding in exactly the GPU kernels' order (so the two agree bit for bit); GPU
 // kernels when built with OPBISECT_WITH_CUDA.
 #include <algorithm>
 #include <numeric>
@@ -47,6 +48,29 @@ REGISTER_OP("OpbisectScatterCombine")
     .Attr("subtract: bool = false")
     .SetIsStateful()
     .SetShapeFn([](tf::shape_inference::InferenceContext* c) { return absl::OkStatus(); });
+
+// unsorted_segment_sum(rows, keys, num_segments) with one write per output row and no atomics: the combine's sums
+// written straight into the zeroed output (the scatter's kernel over a table of zeros), where the combine's padded
+// sums would be written, read back and added by TensorFlow's segment sum. Keys outside [0, num_segments) dropped.
+REGISTER_OP("OpbisectSegmentSum")
+    .Input("keys: Tindices")
+    .Input("rows: T")
+    .Input("num_segments: Tnumsegments")
+    .Output("output: T")
+    .Attr("T: {half, bfloat16, float, double}")
+    .Attr("Tindices: {int32, int64}")
+    .Attr("Tnumsegments: {int32, int64} = DT_INT32")
+    .SetShapeFn([](tf::shape_inference::InferenceContext* c) {
+      tf::shape_inference::ShapeHandle keys, rows, tail, out;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &keys));
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(1), 1, &rows));
+      tf::shape_inference::DimensionHandle segments;
+      TF_RETURN_IF_ERROR(c->MakeDimForScalarInput(2, &segments));
+      TF_RETURN_IF_ERROR(c->Subshape(rows, 1, &tail));
+      TF_RETURN_IF_ERROR(c->Concatenate(c->Vector(segments), tail, &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    });
 
 namespace {
 
@@ -128,6 +152,26 @@ class CombineCpu : public tf::OpKernel {
 // (EnsureSparseVariableAccess): the variable goes to copy-on-read mode, in which reads copy its buffer instead of
 // sharing it, and a buffer another tensor still holds is copied first (by `copy`), so that updating it in place
 // changes no tensor but the variable.
+// table[k] = table[k] + sum(k) (or - sum(k)) for each distinct key k in [0, table_rows), in the GPU kernels' order
+// and rounding (the sum rounded to T first); other keys dropped (read as table_rows, which sorts last, as there).
+template <typename T>
+void AddSums(const tf::Tensor& keys, const tf::Tensor& rows, int64_t n, int64_t d, int64_t table_rows, bool subtract,
+             T* table) {
+  using A = typename Acc<T>::type;
+  std::vector<int32_t> keys32(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t key = keys.dtype() == tf::DT_INT64 ? keys.flat<int64_t>()(i) : keys.flat<int32_t>()(i);
+    keys32[i] = static_cast<int32_t>(key >= 0 && key < table_rows ? key : table_rows);
+  }
+  ForEachSum<T, A>(keys32.data(), rows.flat<T>().data(), n, d, [&](int32_t key, const std::vector<A>& run) {
+    if (key >= table_rows) return;
+    for (int64_t j = 0; j < d; ++j) {
+      const A sum = static_cast<A>(static_cast<T>(run[j])), old = static_cast<A>(table[key * d + j]);
+      table[key * d + j] = static_cast<T>(subtract ? old - sum : old + sum);
+    }
+  });
+}
+
 class ScatterBase : public tf::OpKernel {
  public:
   explicit ScatterBase(tf::OpKernelConstruction* c) : OpKernel(c) {
@@ -185,22 +229,44 @@ class ScatterCpu : public ScatterBase {
   }
 
   absl::Status Update(tf::OpKernelContext*, const tf::Tensor& keys, const tf::Tensor& rows, int64_t n, int64_t d,
-                      int64_t table_rows, tf::Tensor* table_t) override {
-    using A = typename Acc<T>::type;
-    std::vector<int32_t> keys32(n);  // the dropped keys: table_rows (sorted last), as on the GPU
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t key = keys.dtype() == tf::DT_INT64 ? keys.flat<int64_t>()(i) : keys.flat<int32_t>()(i);
-      keys32[i] = static_cast<int32_t>(key >= 0 && key < table_rows ? key : table_rows);
-    }
-    T* table = table_t->flat<T>().data();
-    ForEachSum<T, A>(keys32.data(), rows.flat<T>().data(), n, d, [&](int32_t key, const std::vector<A>& run) {
-      if (key >= table_rows) return;
-      for (int64_t j = 0; j < d; ++j) {
-        const A sum = static_cast<A>(static_cast<T>(run[j])), old = static_cast<A>(table[key * d + j]);
-        table[key * d + j] = static_cast<T>(subtract_ ? old - sum : old + sum);
-      }
-    });
+                      int64_t table_rows, tf::Tensor* table) override {
+    AddSums<T>(keys, rows, n, d, table_rows, subtract_, table->flat<T>().data());
     return absl::OkStatus();
+  }
+};
+
+// The segment sum's checks and output (zeros): keys [n], rows [n, ...], num_segments a scalar in [0, 2^31).
+absl::Status PrepareSegments(tf::OpKernelContext* c, int64_t* n, int64_t* d, int64_t* segments, tf::Tensor** out) {
+  const tf::Tensor& keys = c->input(0);
+  const tf::Tensor& rows = c->input(1);
+  const tf::Tensor& num = c->input(2);
+  if (keys.dims() != 1 || rows.dims() < 1 || rows.dim_size(0) != keys.dim_size(0))
+    return tf::errors::InvalidArgument("OpbisectSegmentSum: keys must be [n] and rows [n, ...]");
+  if (!tf::TensorShapeUtils::IsScalar(num.shape()))
+    return tf::errors::InvalidArgument("OpbisectSegmentSum: num_segments must be a scalar");
+  *segments = num.dtype() == tf::DT_INT64 ? num.scalar<int64_t>()() : num.scalar<int32_t>()();
+  if (*segments < 0 || *segments >= (int64_t{1} << 31))
+    return tf::errors::InvalidArgument("OpbisectSegmentSum: num_segments must be in [0, 2^31), not ", *segments);
+  *n = keys.dim_size(0);
+  if (*n >= (int64_t{1} << 31)) return tf::errors::InvalidArgument("OpbisectSegmentSum: 2^31 keys or more");
+  tf::TensorShape shape = rows.shape();
+  shape.set_dim(0, *segments);
+  *d = 1;
+  for (int i = 1; i < rows.dims(); ++i) *d *= rows.dim_size(i);
+  return c->allocate_output(0, shape, out);
+}
+
+template <typename T>
+class SegmentSumCpu : public tf::OpKernel {
+ public:
+  explicit SegmentSumCpu(tf::OpKernelConstruction* c) : OpKernel(c) {}
+  void Compute(tf::OpKernelContext* c) override {
+    int64_t n, d, segments;
+    tf::Tensor* out;
+    OP_REQUIRES_OK(c, PrepareSegments(c, &n, &d, &segments, &out));
+    T* table = out->flat<T>().data();
+    std::fill(table, table + segments * d, T(0));
+    if (n > 0 && d > 0 && segments > 0) AddSums<T>(c->input(0), c->input(1), n, d, segments, false, table);
   }
 };
 
@@ -218,6 +284,14 @@ OPBISECT_SCATTER_CPU(Eigen::half);
 OPBISECT_SCATTER_CPU(Eigen::bfloat16);
 OPBISECT_SCATTER_CPU(float);
 OPBISECT_SCATTER_CPU(double);
+
+#define OPBISECT_SEGMENTS_CPU(T)                                                                           \
+  REGISTER_KERNEL_BUILDER(Name("OpbisectSegmentSum").Device(tf::DEVICE_CPU).TypeConstraint<T>("T"), \
+                          SegmentSumCpu<T>)
+OPBISECT_SEGMENTS_CPU(Eigen::half);
+OPBISECT_SEGMENTS_CPU(Eigen::bfloat16);
+OPBISECT_SEGMENTS_CPU(float);
+OPBISECT_SEGMENTS_CPU(double);
 
 #ifdef OPBISECT_WITH_CUDA
 template <typename T> constexpr int kType = kCombineF32;
@@ -338,6 +412,43 @@ OPBISECT_SCATTER_GPU(Eigen::half);
 OPBISECT_SCATTER_GPU(Eigen::bfloat16);
 OPBISECT_SCATTER_GPU(float);
 OPBISECT_SCATTER_GPU(double);
+
+template <typename T>
+class SegmentSumGpu : public tf::OpKernel {
+ public:
+  explicit SegmentSumGpu(tf::OpKernelConstruction* c) : OpKernel(c) {}
+  void Compute(tf::OpKernelContext* c) override {
+    static constexpr const char* kOp = "OpbisectSegmentSum";
+    int64_t n, d, segments;
+    tf::Tensor* out;
+    OP_REQUIRES_OK(c, PrepareSegments(c, &n, &d, &segments, &out));
+    void* stream;
+    OP_REQUIRES_OK(c, GpuStream(c, kOp, &stream));
+    void* table = const_cast<char*>(out->tensor_data().data());
+    OP_REQUIRES_OK(c, CudaStatus(kOp, LaunchZero(table, out->TotalBytes(), stream)));
+    if (n == 0 || d == 0 || segments == 0) return;
+    const tf::Tensor& keys = c->input(0);
+    tf::Tensor part;
+    OP_REQUIRES_OK(c, GpuScratch(c, PartScratchBytes(n, d, kType<T>), &part));
+    OP_REQUIRES_OK(c, order_.Run(c, n, stream, [&](void* order, size_t bytes, SortGraph* graph) {
+      return CudaStatus(kOp, LaunchScatterCombine(
+          kType<T>, false, keys.tensor_data().data(), keys.dtype() == tf::DT_INT64, c->input(1).tensor_data().data(),
+          n, d, segments, table, order, bytes, part.flat<int8_t>().data(), graph, stream));
+    }));
+  }
+
+ private:
+  OrderScratch order_;
+};
+
+#define OPBISECT_SEGMENTS_GPU(T)                                                                                  \
+  REGISTER_KERNEL_BUILDER(                                                                                        \
+      Name("OpbisectSegmentSum").Device(tf::DEVICE_GPU).HostMemory("num_segments").TypeConstraint<T>("T"), \
+      SegmentSumGpu<T>)
+OPBISECT_SEGMENTS_GPU(Eigen::half);
+OPBISECT_SEGMENTS_GPU(Eigen::bfloat16);
+OPBISECT_SEGMENTS_GPU(float);
+OPBISECT_SEGMENTS_GPU(double);
 #endif
 
 }  // namespace

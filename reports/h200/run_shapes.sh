@@ -6,25 +6,36 @@
 #   bash reports/h200/run_shapes.sh dense     # the sweep's dense ops only, then the LM head at 8k
 #   bash reports/h200/run_shapes.sh lm        # opbisect verify of the LM head at vocabulary 8k, 32k, 128k
 #   bash reports/h200/run_shapes.sh mixed     # opbisect verify of the BERT-base fit step under mixed precision
+#   bash reports/h200/run_shapes.sh again     # one lease after the segment-sum kernel: the kernel checks, the 8k
+#                                             # head, the sweep but the cross-entropy, BERT-base mixed, the 128k head
 # with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
 NAME=shapes PHASE=${1:-sweep}
 source "$(dirname "$0")/lib.sh"
 export OPBISECT_CACHE=${OPBISECT_CACHE:-/root/opbisect-cache}
 LM_PATCH=reports/h200/lm_head_xent/fix/patch.csv
-lm() {  # lm LABEL ARGS...: verify the LM head at one shape
-  local label=$1; shift
-  run "lm_head_$label-verify" 280 python3 -m opbisect verify examples/lm_head_xent.py --patch "$LM_PATCH" \
-    --runs 10 --out "$R/lm_head_$label" --fingerprint wsum --cpu-reference off -- "$@"
+lm() {  # lm LABEL SECONDS [VERIFY FLAGS] -- SCRIPT ARGS...: verify the LM head at one shape
+  local label=$1 limit=$2; shift 2
+  run "lm_head_$label-verify" "$limit" python3 -m opbisect verify examples/lm_head_xent.py --patch "$LM_PATCH" \
+    --runs 10 --out "$R/lm_head_$label" --fingerprint wsum --cpu-reference off "$@"
 }
+SWEPT_AGAIN=BiasAddGrad,UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad
 case $PHASE in
   kernels) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
            run check_dense 200 python3 benchmarks/check_dense.py ;;
   sweep) run sweep 560 python3 benchmarks/patch_sweep.py --device gpu --json "$R/sweep.json" --plot "$R/sweep.png" ;;
   dense) run sweep 300 python3 benchmarks/patch_sweep.py --device gpu --ops BiasAddGrad,SparseSoftmaxCrossEntropyWithLogits \
            --json "$R/sweep.json" --plot "$R/sweep.png"
-         lm 8k --vocab 8192 --dim 256 --batch 32 --seq 256 ;;
-  lm) lm 8k --vocab 8192 --dim 256 --batch 32 --seq 256
-      lm 32k --vocab 32768 --dim 512 --batch 32 --seq 128
-      lm 128k --vocab 131072 --dim 512 --batch 8 --seq 256 ;;
+         lm 8k 280 -- --vocab 8192 --dim 256 --batch 32 --seq 256 ;;
+  lm) lm 8k 280 -- --vocab 8192 --dim 256 --batch 32 --seq 256
+      lm 32k 280 -- --vocab 32768 --dim 512 --batch 32 --seq 128
+      lm 128k 280 -- --vocab 131072 --dim 512 --batch 8 --seq 256 ;;
   mixed) OPBISECT_BERT=base verify bert_like_fit_mixed 500 ;;
+  again) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+         run check_dense 200 python3 benchmarks/check_dense.py
+         run check_combine 300 python3 benchmarks/check_combine.py
+         lm 8k 280 -- --vocab 8192 --dim 256 --batch 32 --seq 256
+         run sweep 900 python3 benchmarks/patch_sweep.py --device gpu --ops "$SWEPT_AGAIN" --json "$R/sweep.json" \
+           --plot "$R/sweep.png"
+         OPBISECT_BERT=base verify bert_like_fit_mixed 500
+         lm 128k 500 --no-switches -- --vocab 131072 --dim 512 --batch 8 --seq 256 ;;
 esac
