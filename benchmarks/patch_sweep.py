@@ -7,12 +7,16 @@ each op's memory-bandwidth floor beside it (issue 42).
 
 One process. For each case (op, shape, dtype): the raw op (plain) and opbisect's patch as the rewrite builds it
 (patched; beside it, where the patch runs on opbisect's own GPU kernels, its form on TensorFlow's ops alone, which
-is what runs where the kernels cannot be built), each one tf.function, timed as the median of --repeats samples (at
-most a second of them) of 10 calls back to back, each sample waited for (so dispatch overlaps the device, as in a
-step); then, after tf.config.experimental.enable_op_determinism(), TensorFlow's own deterministic form (tf-det: the
-op's own kernel under the switch, or tf.nn's composition for the cross-entropy, whose kernel raises under it).
-floor: the bytes the op must read and write once / the device's copy bandwidth, measured here (a negation of 1 GiB:
-read + write). "runs": distinct results in 5 calls of the patched form (1: the same bits).
+is what runs where the kernels cannot be built), each one tf.function that applies the op to --copies input sets
+of the case (distinct tensors, so no pass merges them), timed as the median of --repeats samples (at most a second
+of them) of 10 calls back to back, each sample waited for (so dispatch overlaps the device, as in a step), divided
+by the copies. One op a call times the call: the H200 sweeps with one op a call (--copies 1) gave BiasAddGrad
+0.21-0.25 ms at floors from 0.003 to 0.066 ms, times that hardly follow the op's work; in a step the op is one node
+of many in one graph, as in the copies. Then, after tf.config.experimental.enable_op_determinism(), TensorFlow's
+own deterministic form (tf-det: the op's own kernel under the switch, or tf.nn's composition for the cross-entropy,
+whose kernel raises under it). floor: the bytes the op must read and write once / the device's copy bandwidth,
+measured here (a negation of 1 GiB: read + write). "runs": distinct results in 5 calls of the patched form (1: the
+same bits).
 """
 
 from __future__ import annotations
@@ -207,28 +211,48 @@ def save(rows, args, tf) -> None:
         Path(args.json).write_text(json.dumps(dict(tensorflow=tf.__version__, rows=rows), indent=1))
 
 
+def copied(calls):
+    """One function of the copies: `calls` (one per input set), each result kept."""
+    return lambda: [call() for call in calls]
+
+
+def per_op_ms(tf, case: Case, sets, form, repeats: int):
+    """(ms of one op, distinct results in 5 calls): form(tf, case, inputs) over every input set in one call."""
+    seconds, distinct = timing(tf, copied([form(tf, case, inputs) for inputs in sets]), repeats)
+    return seconds / len(sets) * 1e3, distinct
+
+
+COPIES_BYTES = 4 << 30  # the copies' bytes moved, at most: the largest cases (4 GiB) take one, which is long enough
+
+
+def copies(args, moved: int) -> int:
+    return max(1, min(args.copies, COPIES_BYTES // max(moved, 1)))
+
+
 def run(tf, cases, args, on_cpu: bool) -> list[dict]:
     bandwidth = copy_bandwidth(tf, 1.0 if not on_cpu else 1 / 16)
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s", flush=True)
     rows = []
     for case in cases:
-        inputs, moved = make(tf, case)
-        plain, plain_runs = timing(tf, plain_call(tf, case, inputs), args.repeats)
-        patched, runs = timing(tf, patched_call(tf, case, inputs, on_cpu), args.repeats)
+        moved = make(tf, case)[1]
+        sets = [make(tf, case)[0] for _ in range(copies(args, moved))]
+        plain, plain_runs = per_op_ms(tf, case, sets, plain_call, args.repeats)
+        patched, runs = per_op_ms(tf, case, sets, lambda t, c, i: patched_call(t, c, i, on_cpu), args.repeats)
         tf_ops = None
         if case.op in OWN_KERNEL_OPS and not on_cpu:
-            tf_ops = timing(tf, patched_call(tf, case, inputs, on_cpu, own_kernels=False), args.repeats)[0] * 1e3
-        rows.append(dict(op=case.op, words=case.words, shape=list(case.shape), dtype=case.dtype,
-                         plain_ms=plain * 1e3, patched_ms=patched * 1e3, ratio=patched / plain,
-                         tf_ops_ms=tf_ops, floor_ms=moved / bandwidth * 1e3, plain_runs=plain_runs,
-                         patched_runs=runs))
+            tf_ops = per_op_ms(tf, case, sets, lambda t, c, i: patched_call(t, c, i, on_cpu, own_kernels=False),
+                               args.repeats)[0]
+        rows.append(dict(op=case.op, words=case.words, shape=list(case.shape), dtype=case.dtype, copies=len(sets),
+                         plain_ms=plain, patched_ms=patched, ratio=patched / plain, tf_ops_ms=tf_ops,
+                         floor_ms=moved / bandwidth * 1e3, plain_runs=plain_runs, patched_runs=runs))
         print(_line(rows[-1]), flush=True)
         save(rows, args, tf)
+        del sets
     tf.config.experimental.enable_op_determinism()  # the switch, last: it holds for the rest of the process
     for row, case in zip(rows, cases):
-        inputs, _ = make(tf, case)
+        sets = [make(tf, case)[0] for _ in range(row["copies"])]
         try:
-            row["tf_det_ms"] = timing(tf, tf_det_call(tf, case, inputs), args.repeats)[0] * 1e3
+            row["tf_det_ms"] = per_op_ms(tf, case, sets, tf_det_call, args.repeats)[0]
         except Exception as exc:  # noqa: BLE001 - the switch raises for some ops: that is the measurement
             row["tf_det_ms"], row["tf_det_error"] = None, type(exc).__name__
         save(rows, args, tf)
@@ -285,6 +309,8 @@ def main(argv=None) -> int:
     parser.add_argument("--scale", type=int, default=1, help="divide each case's first size by this (a CPU's run)")
     parser.add_argument("--ops", default="", help="comma-separated op types (default: all)")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--copies", type=int, default=8, help="input sets, one op each, in one timed call (1: the "
+                        "first H200 sweep's way, which times the call for small ops)")
     parser.add_argument("--json", default="")
     parser.add_argument("--plot", default="")
     parser.add_argument("--replot", default="", help="a JSON this wrote: its table and --plot again, nothing run")

@@ -197,14 +197,14 @@ def _negative_outside(keys, num):
 def _combined_sum(rows, ids, num_segments):
     import tensorflow as tf
 
-    keys = _negative_outside(ids, num_segments)
-
     @tf.custom_gradient
     def summed(rows):
-        # Each key's sum written once into the zeroed output (no atomics); the dropped ids' -1 adds nowhere.
-        total = own_ops().opbisect_segment_sum(keys, rows, num_segments)
+        # Each key's sum written once into the zeroed output (no atomics); the op drops ids out of range itself, so
+        # the forward step launches nothing else.
+        total = own_ops().opbisect_segment_sum(ids, rows, num_segments)
 
         def gradient(upstream):  # the op's own gradient: each row gets its segment's, a dropped row zeros
+            keys = _negative_outside(ids, num_segments)
             picked = tf.gather(upstream, tf.maximum(keys, 0))
             return tf.where(_column(keys >= 0, picked), picked, tf.zeros_like(picked))
 
