@@ -52,6 +52,15 @@ def test_unsorted_segment_sum_is_bitwise_the_op_on_exact_sums_and_drops_negative
 
 
 @pytest.mark.parametrize("form", FORMS)
+def test_unsorted_segment_sum_takes_int16_ids_as_the_op_does(rng, form):
+    data = integers(rng, (500, 3))
+    ids = rng.integers(-1, 40, 500).astype(np.int16)
+    want = tf.math.unsorted_segment_sum(data, ids, 40).numpy()
+    (got,) = patched("UnsortedSegmentSum", form, data, tf.constant(ids), tf.constant(40))
+    assert bitwise(got, want)
+
+
+@pytest.mark.parametrize("form", FORMS)
 def test_unsorted_segment_sum_with_2d_ids_and_real_floats_is_within_tolerance(rng, form):
     data = tf.constant(rng.normal(size=(64, 30, 7)).astype(np.float32))
     ids = tf.constant(rng.integers(0, 11, (64, 30)).astype(np.int64))

@@ -197,6 +197,9 @@ def _negative_outside(keys, num):
 def _combined_sum(rows, ids, num_segments):
     import tensorflow as tf
 
+    if ids.dtype not in (tf.int32, tf.int64):  # the op takes the ids of TensorFlow's GPU kernels; int16 widened
+        ids = tf.cast(ids, tf.int64)
+
     @tf.custom_gradient
     def summed(rows):
         # Each key's sum written once into the zeroed output (no atomics); the op drops ids out of range itself, so
