@@ -3,10 +3,13 @@
 - `OpbisectFingerprint` (capture): one op digests many tensors: on a GPU one CUDA launch per batch of up to 96
   tensors, reading each tensor once, instead of several TensorFlow kernels per tensor. Its CPU kernel computes the
   same function (and is what the tests check against the TensorFlow-ops definition in capture/fingerprint.py).
-- `OpbisectCombine` (patches): the rows of each repeated key summed in one fixed order (combine.h), the
-  deterministic core of the segment-sum patches on a GPU.
-- `OpbisectScatterCombine` (patches): the same sums added into a variable's rows in place, one write per row: the
-  scatter patches on a GPU.
+- `OpbisectScatterCombine` (patches): the rows of each repeated key summed in one fixed order (combine.h) and
+  added into a variable's rows in place, one write per row: the scatter patches on a GPU.
+- `OpbisectSegmentSum` (patches): the same sums written once each into a zeroed output: the segment-sum patches on
+  a GPU.
+- `OpbisectCombine`: the same sums as one padded row per distinct key. No patch uses it since the segment sum
+  writes its output directly; benchmarks/check_combine.py times the segment sum against it (the former patch) until
+  the H200 has ruled between the two.
 - `OpbisectSoftmaxXent`, `OpbisectColumnSum` (patches): the sparse softmax cross-entropy and its gradient, and a
   bias gradient's column sums, each sum in one fixed order (dense.h), in one or two reads of the input.
 The CPU kernels add in the GPU kernels' order, so the tests of the CPU forms check the function the GPU runs.
@@ -119,8 +122,8 @@ def _compile(out: Path, lib: Path, cuda: bool) -> Path:
 
 def load(cuda: bool):
     """The loaded op module (`opbisect_fingerprint`, `opbisect_combine`, `opbisect_scatter_combine`,
-    `opbisect_softmax_xent`, `opbisect_column_sum`); raises BuildError when it cannot be built. `cuda`: the GPU
-    kernels are needed.
+    `opbisect_segment_sum`, `opbisect_softmax_xent`, `opbisect_column_sum`); raises BuildError when it cannot be
+    built. `cuda`: the GPU kernels are needed.
     Where TensorFlow sees a GPU the CUDA build (which has the CPU kernels too) is loaded whatever is asked:
     TensorFlow registers an op once per process, so a second library with the same ops would load as a module
     without them."""

@@ -143,7 +143,7 @@ def usable_own_ops(ctx):
 
 @functools.cache
 def own_ops():
-    """opbisect's op library (OpbisectCombine, OpbisectScatterCombine, and the dense ops of patches/dense.py),
+    """opbisect's op library (OpbisectSegmentSum, OpbisectScatterCombine, and the dense ops of patches/dense.py),
     loaded; None where it cannot be built here (said once, as a warning: the patches then take TensorFlow's ops)."""
     import tensorflow as tf
 
