@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import runpy
+
 import pytest
 
 from opbisect.capture import builder
 from opbisect.ir.graph import OpGraph
 
-from conftest import EXAMPLES, cli, trace, until_it_fires
+from conftest import EXAMPLES, cli, trace
 
 RANDOM_STEP = """
 w = tf.Variable(tf.ones([8, 4]), name="w")
@@ -56,11 +58,37 @@ inputs = (x,)
 """
 
 
+def _the_race_fires(runs: int = 6) -> bool:
+    """The oracle, apart from opbisect: the example's step run `runs` times in this process, each from the state it
+    started in; whether the weights it leaves differ between runs."""
+    example = runpy.run_path(str(EXAMPLES / "embedding_sgd.py"))
+    weights = example["model"].variables
+    state = weights + example["optimizer"].variables
+    start = [v.numpy() for v in state]
+    seen = set()
+    for _ in range(runs):
+        for v, value in zip(state, start):
+            v.assign(value)
+        example["step"](*example["inputs"])
+        seen.add(b"".join(v.numpy().tobytes() for v in weights))
+    return len(seen) > 1
+
+
+@pytest.mark.races
 def test_sgd_embedding_step_names_its_scatter_update_first(tmp_path):
-    # The magnitude pass has runs of its own, where the race must fire again to be measured.
-    t = until_it_fires(lambda: trace(EXAMPLES / "embedding_sgd.py", tmp_path, runs=6, magnitude_runs=8),
-                       also=lambda t: bool(t.record.sources[0].max_ulp_diff))
-    assert t.code == 1
+    fired, t = 0, None
+    for attempt in range(5):  # a real race: on a loaded machine a sample may not show it
+        if not _the_race_fires():
+            continue
+        fired += 1
+        # The magnitude pass has runs of its own, where the race must fire again to be measured; --max-runs looks
+        # again with more runs where the plain runs differ and the instrumented ones happen not to.
+        t = trace(EXAMPLES / "embedding_sgd.py", tmp_path / str(attempt), runs=6, magnitude_runs=8, max_runs=24)
+        if t.record.sources and t.record.sources[0].max_ulp_diff:
+            break
+    if not fired:  # as `git bisect run` reads 125: this machine's load kept the race from firing; nothing to compare
+        pytest.skip("the race never fired for the oracle in 5 samples of 6 runs (a loaded machine): cannot test here")
+    assert t.code == 1, f"the oracle saw the race in {fired} of 5 samples; opbisect's last trace exited {t.code}"
     first = t.csv.iloc[0]
     assert (first["rank"], first["op_type"], first["kind"]) == (1, "ResourceScatterSub", "write")
     assert first["affects_result"]
