@@ -58,7 +58,7 @@ inputs = (x,)
 """
 
 
-def _the_race_fires(runs: int = 6) -> bool:
+def _the_race_fires(runs: int = 16) -> bool:
     """The oracle, apart from opbisect: the example's step run `runs` times in this process, each from the state it
     started in; whether the weights it leaves differ between runs."""
     example = runpy.run_path(str(EXAMPLES / "embedding_sgd.py"))
@@ -88,7 +88,7 @@ def test_sgd_embedding_step_names_its_scatter_update_first(tmp_path):
             if t.record.sources[0].max_ulp_diff:  # its magnitude runs are runs of their own: the race fired there too
                 break
     if not fired:  # as `git bisect run` reads 125: this machine's load kept the race from firing; nothing to compare
-        pytest.skip("the race never fired for the oracle in 5 samples of 6 runs (a loaded machine): cannot test here")
+        pytest.skip("the race never fired for the oracle in 5 samples of 16 runs (a loaded machine): cannot test here")
     assert named, f"the oracle saw the race in {fired} of 5 samples; opbisect never named it"
     first = named[-1].csv.iloc[0]
     assert (first["rank"], first["op_type"], first["kind"]) == (1, "ResourceScatterSub", "write")
