@@ -1,8 +1,8 @@
 // TensorFlow ops `OpbisectCombine`: keys int32[n], rows T[n, ...], pad int32 -> distinct int32[n], sums T[n, ...],
 // `OpbisectScatterCombine`: a variable, keys[...], rows[..., ...] -> the variable's rows updated in place, and
 // `OpbisectSegmentSum`: keys[n], rows T[n, ...], num_segments -> T[num_segments, ...], the scatter's sums added into
-// zeros (see combine.h). CPU kernels always, adding in exactly the GPU kernels' order (so the two agree bit for bit); GPU
-// kernels when built with OPBISECT_WITH_CUDA.
+// zeros (see combine.h). CPU kernels always, adding in exactly the GPU kernels' order (so the two agree bit for
+// bit); GPU kernels when built with OPBISECT_WITH_CUDA.
 #include <algorithm>
 #include <numeric>
 #include <vector>
@@ -148,10 +148,6 @@ class CombineCpu : public tf::OpKernel {
   }
 };
 
-// The scatter's variable, looked up and locked, its buffer this op's alone. As TensorFlow's own sparse updates do
-// (EnsureSparseVariableAccess): the variable goes to copy-on-read mode, in which reads copy its buffer instead of
-// sharing it, and a buffer another tensor still holds is copied first (by `copy`), so that updating it in place
-// changes no tensor but the variable.
 // table[k] = table[k] + sum(k) (or - sum(k)) for each distinct key k in [0, table_rows), in the GPU kernels' order
 // and rounding (the sum rounded to T first); other keys dropped (read as table_rows, which sorts last, as there).
 template <typename T>
@@ -172,6 +168,10 @@ void AddSums(const tf::Tensor& keys, const tf::Tensor& rows, int64_t n, int64_t 
   });
 }
 
+// The scatter's variable, looked up and locked, its buffer this op's alone. As TensorFlow's own sparse updates do
+// (EnsureSparseVariableAccess): the variable goes to copy-on-read mode, in which reads copy its buffer instead of
+// sharing it, and a buffer another tensor still holds is copied first (by `copy`), so that updating it in place
+// changes no tensor but the variable.
 class ScatterBase : public tf::OpKernel {
  public:
   explicit ScatterBase(tf::OpKernelConstruction* c) : OpKernel(c) {
@@ -337,6 +337,30 @@ class OrderScratch {
   SortGraph* graph_ = nullptr;
 };
 
+// The keys and rows whose sums are added: keys [n] (int32 or int64), rows [n, d].
+struct Rows {
+  const tf::Tensor& keys;
+  const tf::Tensor& rows;
+  int64_t n, d;
+};
+
+// table[k] += (or -=) each distinct key's sum on the GPU (the scatter's kernel), with the kernel's ordering scratch:
+// the scatter's update of a variable, and the segment sum's over zeros. n >= 1 and d >= 1.
+template <typename T>
+absl::Status AddSumsGpu(tf::OpKernelContext* c, const char* op, OrderScratch* order, const Rows& in, bool subtract,
+                        int64_t table_rows, void* table) {
+  void* stream;
+  TF_RETURN_IF_ERROR(GpuStream(c, op, &stream));
+  tf::Tensor part;
+  TF_RETURN_IF_ERROR(GpuScratch(c, PartScratchBytes(in.n, in.d, kType<T>), &part));
+  return order->Run(c, in.n, stream, [&](void* scratch, size_t bytes, SortGraph* graph) {
+    return CudaStatus(op, LaunchScatterCombine(kType<T>, subtract, in.keys.tensor_data().data(),
+                                               in.keys.dtype() == tf::DT_INT64, in.rows.tensor_data().data(), in.n,
+                                               in.d, table_rows, table, scratch, bytes, part.flat<int8_t>().data(),
+                                               graph, stream));
+  });
+}
+
 template <typename T>
 class CombineGpu : public tf::OpKernel {
  public:
@@ -387,16 +411,8 @@ class ScatterGpu : public ScatterBase {
 
   absl::Status Update(tf::OpKernelContext* c, const tf::Tensor& keys, const tf::Tensor& rows, int64_t n, int64_t d,
                       int64_t table_rows, tf::Tensor* table) override {
-    void* stream;
-    TF_RETURN_IF_ERROR(GpuStream(c, kScatterOp, &stream));
-    tf::Tensor part;
-    TF_RETURN_IF_ERROR(GpuScratch(c, PartScratchBytes(n, d, kType<T>), &part));
-    return order_.Run(c, n, stream, [&](void* order, size_t bytes, SortGraph* graph) {
-      return CudaStatus(kScatterOp, LaunchScatterCombine(
-          kType<T>, subtract_, keys.tensor_data().data(), keys.dtype() == tf::DT_INT64, rows.tensor_data().data(),
-          n, d, table_rows, const_cast<char*>(table->tensor_data().data()), order, bytes, part.flat<int8_t>().data(),
-          graph, stream));
-    });
+    return AddSumsGpu<T>(c, kScatterOp, &order_, {keys, rows, n, d}, subtract_, table_rows,
+                         const_cast<char*>(table->tensor_data().data()));
   }
 
  private:
@@ -427,14 +443,7 @@ class SegmentSumGpu : public tf::OpKernel {
     void* table = const_cast<char*>(out->tensor_data().data());
     OP_REQUIRES_OK(c, CudaStatus(kOp, LaunchZero(table, out->TotalBytes(), stream)));
     if (n == 0 || d == 0 || segments == 0) return;
-    const tf::Tensor& keys = c->input(0);
-    tf::Tensor part;
-    OP_REQUIRES_OK(c, GpuScratch(c, PartScratchBytes(n, d, kType<T>), &part));
-    OP_REQUIRES_OK(c, order_.Run(c, n, stream, [&](void* order, size_t bytes, SortGraph* graph) {
-      return CudaStatus(kOp, LaunchScatterCombine(
-          kType<T>, false, keys.tensor_data().data(), keys.dtype() == tf::DT_INT64, c->input(1).tensor_data().data(),
-          n, d, segments, table, order, bytes, part.flat<int8_t>().data(), graph, stream));
-    }));
+    OP_REQUIRES_OK(c, AddSumsGpu<T>(c, kOp, &order_, {c->input(0), c->input(1), n, d}, false, segments, table));
   }
 
  private:
