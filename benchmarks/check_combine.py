@@ -44,7 +44,6 @@ for dtype in (tf.float32, tf.float16, tf.bfloat16, tf.float64):
               f"runs: {runs}; {len(np.unique(keys))} distinct keys")
 
 
-
 def segment_sum_on(device, keys, data, segments):
     with tf.device(device):
         return ops.opbisect_segment_sum(tf.constant(keys), tf.identity(data), segments).numpy()

@@ -234,8 +234,8 @@ def run(tf, cases, args, on_cpu: bool) -> list[dict]:
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s", flush=True)
     rows = []
     for case in cases:
-        moved = make(tf, case)[1]
-        sets = [make(tf, case)[0] for _ in range(copies(args, moved))]
+        first, moved = make(tf, case)
+        sets = [first] + [make(tf, case)[0] for _ in range(copies(args, moved) - 1)]
         plain, plain_runs = per_op_ms(tf, case, sets, plain_call, args.repeats)
         patched, runs = per_op_ms(tf, case, sets, lambda t, c, i: patched_call(t, c, i, on_cpu), args.repeats)
         tf_ops = None
@@ -247,7 +247,7 @@ def run(tf, cases, args, on_cpu: bool) -> list[dict]:
                          floor_ms=moved / bandwidth * 1e3, plain_runs=plain_runs, patched_runs=runs))
         print(_line(rows[-1]), flush=True)
         save(rows, args, tf)
-        del sets
+        del first, sets
     tf.config.experimental.enable_op_determinism()  # the switch, last: it holds for the rest of the process
     for row, case in zip(rows, cases):
         sets = [make(tf, case)[0] for _ in range(row["copies"])]
