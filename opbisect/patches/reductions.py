@@ -185,9 +185,8 @@ def _sparse_output(rows, num_segments) -> bool:
 
 
 def _negative_outside(keys, num):
-    """`keys` as int32 with every key outside [0, num) replaced by -1: the combine's padding key, which the
-    segment sum drops. The combine takes int32 keys: a first dimension of 2**31 or more cannot
-    be patched this way."""
+    """`keys` as int32 with every key outside [0, num) replaced by -1: the rows the segment-sum op dropped, whose
+    gradient is zeros (the op takes num_segments below 2**31, so int32 holds every kept key)."""
     import tensorflow as tf
 
     keys, num = tf.cast(keys, tf.int64), tf.cast(num, tf.int64)
