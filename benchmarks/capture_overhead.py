@@ -57,7 +57,8 @@ def setup(script: Path, device: str):
     return tf, kind, target, args, trace_step(target, args)
 
 
-def measure_capture(script: Path, device: str, repeats: int, runs: int, choices: list[str]) -> dict:
+def measure_capture(script: Path, device: str, repeats: int, runs: int, choices: list[str],
+                    profile: int = 0) -> dict:
     from opbisect.capture import builder, fingerprint
     from opbisect.capture import taps as capture
     from opbisect.session import run_trace
@@ -66,7 +67,7 @@ def measure_capture(script: Path, device: str, repeats: int, runs: int, choices:
     tf, kind, target, args, trace = setup(script, device)
     taps, _ = builder.tappable_tensors(trace)
     plain = timed(lambda: trace.concrete(*args), repeats, sync_outputs)
-    variants = {}
+    variants, steps = {}, {"plain": lambda: trace.concrete(*args)}
     for choice in choices:
         fp, _ = fingerprint.for_trace(trace, kind, choice)
         inst = capture.build(trace, taps, fp)
@@ -75,12 +76,18 @@ def measure_capture(script: Path, device: str, repeats: int, runs: int, choices:
         first = time.perf_counter() - start
         seconds = timed(lambda inst=inst: inst(args), repeats, sync_outputs)  # inst copies its digests to the host
         variants[fp.key] = {"name": fp.name, "ms": seconds * 1e3, "ratio": seconds / plain, "first_call_s": first}
+        steps[fp.key] = lambda inst=inst: inst(args)
     # The re-imported step with no tap: what the GraphDef round trip costs, apart from fingerprinting.
     bare = capture.build(trace, [], fingerprint.for_trace(trace, kind)[0])
     seconds = timed(lambda: bare(args), repeats, sync_outputs, warmup=4)
     variants["no taps"] = {"name": "the step re-imported from its GraphDef, nothing tapped", "ms": seconds * 1e3,
                            "ratio": seconds / plain, "first_call_s": None}
     plain_again = timed(lambda: trace.concrete(*args), repeats, sync_outputs)  # drift check
+    if profile:  # where the added time lands on the device (the wall time per call is in the table above)
+        from benchmarks.device_profile import compared, kernel_times
+
+        steps["no taps"] = lambda: bare(args)
+        print(compared({name: kernel_times(step, calls=profile) for name, step in steps.items()}), flush=True)
     tapped_bytes = sum(_bytes(trace.graph, t) for t in taps)
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
@@ -142,6 +149,8 @@ def main() -> None:
                    help="comma-separated fingerprinters to time: auto, farmhash, wsum, fused")
     p.add_argument("--grappler-off", default="", help="comma-separated grappler passes to turn off for every "
                    "step timed, e.g. remapping (which fuses ops unless a tap reads the intermediate)")
+    p.add_argument("--profile", type=int, default=0, metavar="CALLS",
+                   help="also profile CALLS calls of each step: device time by kernel family, the kernels that grew")
     p.add_argument("--json", type=Path)
     p.add_argument("--child-debugger", default="", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -150,7 +159,8 @@ def main() -> None:
         print(json.dumps(measure_debugger(a.script, a.device, a.repeats, a.child_debugger, a.debugger_repeats)))
         return
     result = {"script": str(a.script), "debugger": [], "grappler_off": GRAPPLER_OFF,
-              "capture": measure_capture(a.script, a.device, a.repeats, a.runs, a.fingerprints.split(","))}
+              "capture": measure_capture(a.script, a.device, a.repeats, a.runs, a.fingerprints.split(","),
+                                         a.profile)}
     for mode in filter(None, a.debugger.split(",")):
         # A child process per mode: the debugger instruments every function traced after it is enabled.
         cmd = [sys.executable, __file__, "--script", str(a.script), "--device", a.device, "--repeats",

@@ -40,3 +40,36 @@ def kernel_times(call, calls: int = 20):
     table = frame.groupby("kernel")["us"].agg(["count", "sum"]).rename(columns={"count": "calls", "sum": "total_us"})
     table["us_per_call"] = table["total_us"] / calls
     return table.sort_values("total_us", ascending=False).reset_index()
+
+
+def family(kernel: str) -> str:
+    """What a kernel row is: opbisect's own kernels, copies and memsets, or the step's (TensorFlow's) kernels."""
+    if "opbisect" in kernel or "Fingerprint" in kernel:
+        return "opbisect"
+    if "memcpy" in kernel.lower() or "memset" in kernel.lower():
+        return "copies and memsets"
+    return "the step's kernels"
+
+
+def compared(tables: dict, top: int = 12) -> str:
+    """Each profile's device time and kernels per call by family, then the kernels whose time per call grew most
+    from the first profile (the baseline) to each other one: where an added cost lands on the device."""
+    import pandas as pd
+
+    lines = []
+    for name, table in tables.items():
+        by = table.assign(family=table["kernel"].map(family)).groupby("family")[["us_per_call", "calls"]].sum()
+        profiled = table["total_us"].sum() / table["us_per_call"].sum()  # the calls profiled
+        families = "; ".join(f"{f} {r.us_per_call:.1f} us" for f, r in by.iterrows())
+        lines.append(f"{name}: {table['us_per_call'].sum():.1f} us of device time a call, rows {len(table)}, "
+                     f"launches a call {table['calls'].sum() / profiled:.0f}; {families}")
+    base_name, base = next(iter(tables.items()))
+    for name, table in list(tables.items())[1:]:
+        both = pd.merge(base[["kernel", "us_per_call"]], table[["kernel", "us_per_call"]], on="kernel", how="outer",
+                        suffixes=(f" {base_name}", f" {name}")).fillna(0.0)
+        both["grew_us"] = both[f"us_per_call {name}"] - both[f"us_per_call {base_name}"]
+        lines.append(f"kernels that grew most from {base_name} to {name} (us a call):")
+        lines.append(both.sort_values("grew_us", ascending=False).head(top).to_string(index=False))
+        lines.append(f"kernels that shrank most from {base_name} to {name}:")
+        lines.append(both.sort_values("grew_us").head(top // 2).to_string(index=False))
+    return "\n".join(lines)

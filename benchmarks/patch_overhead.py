@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profile-calls", type=int, default=20)
     args = parser.parse_args(argv)
 
-    from benchmarks.device_profile import kernel_times
+    from benchmarks.device_profile import compared, kernel_times
     from opbisect.execute.variants import ratio_interval, time_steps
     from opbisect.patches.selection import Choice, choose
     from opbisect.patches.step import PatchedStep
@@ -55,10 +55,12 @@ def main(argv: list[str]) -> int:
             ratio = np.median(t) / np.median(times["plain"])
             print(f"  {name:9s} median {1e3 * np.median(t):8.3f} ms  {ratio:.3f}x"
                   + (f" [{interval[0]:.3f}-{interval[1]:.3f}]" if interval else ""))
-        for name, call in calls.items():
-            table = kernel_times(lambda call=call: call(*inputs), calls=args.profile_calls)
+        tables = {name: kernel_times(lambda call=call: call(*inputs), calls=args.profile_calls)
+                  for name, call in calls.items()}
+        for name, table in tables.items():
             print(f"profile {name}: {table['us_per_call'].sum():.1f} us of device time per call; the top kernels:")
             print(table.head(12).to_string(index=False))
+        print(compared(tables))
     return 0
 
 

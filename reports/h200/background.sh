@@ -14,6 +14,9 @@ case $1 in
       > /root/background.log 2>&1 < /dev/null &
     echo "started: $*" ;;
   wait)
+    # A machine that started no run here (a fresh one: the last went back while nothing called it) has nothing
+    # to wait on: say so at once rather than sleep out the call (125: cannot test).
+    if [ ! -f /root/background.log ]; then echo "no run started on this machine (a fresh one?)"; exit 125; fi
     end=$(( $(date +%s) + $2 ))
     while [ ! -f /root/background.rc ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
     cp /root/packs/*.tgz "${OUT:-/tmp/out}/" 2>/dev/null

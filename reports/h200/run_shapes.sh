@@ -8,6 +8,8 @@
 #   bash reports/h200/run_shapes.sh mixed     # opbisect verify of the BERT-base fit step under mixed precision
 #   bash reports/h200/run_shapes.sh again     # one lease after the segment-sum kernel: the kernel checks, the 8k
 #                                             # head, the sweep but the cross-entropy, BERT-base mixed, the 128k head
+#   bash reports/h200/run_shapes.sh profiles  # where capture's and BERT-base mixed's time goes, the fingerprint
+#                                             # kernel's forms, the combine kernels, the XLA candidate, the sweep
 # with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
 NAME=shapes PHASE=${1:-sweep}
 source "$(dirname "$0")/lib.sh"
@@ -38,4 +40,16 @@ case $PHASE in
            --plot "$R/sweep.png"
          OPBISECT_BERT=base verify bert_like_fit_mixed 500
          lm 128k 500 --no-switches -- --vocab 131072 --dim 512 --batch 8 --seq 256 ;;
+  profiles) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+            run check_combine 300 python3 benchmarks/check_combine.py
+            NVCC="$(python3 -c 'from opbisect import kernels; print(kernels.cuda_home())')/bin/nvcc"
+            run fingerprint_kernel 200 bash -c "$NVCC -O3 -std=c++17 -arch=sm_90 -o /tmp/fpk \
+              benchmarks/fingerprint_kernel.cu && /tmp/fpk"
+            OPBISECT_BERT=base run capture_profile 400 python3 benchmarks/capture_overhead.py --device gpu \
+              --repeats 30 --runs 2 --fingerprints fused --profile 10
+            OPBISECT_BERT=base run mixed_profile 400 python3 benchmarks/patch_overhead.py \
+              examples/bert_like_fit_mixed.py reports/h200/bert_like_fit_mixed/sources.csv --device gpu --steps 60
+            # the candidate on branch xla-ranked-fixed-sum, checked out beside (git archive into branch-xla/)
+            [ -d branch-xla ] && run xla_segment_sum 300 bash -c "cd branch-xla && python3 benchmarks/xla_segment_sum.py"
+            run sweep 900 python3 benchmarks/patch_sweep.py --device gpu --json "$R/sweep.json" --plot "$R/sweep.png" ;;
 esac
