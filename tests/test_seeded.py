@@ -126,10 +126,14 @@ tf_keras.utils.set_random_seed(42)
 
 
 def any_order_sum(x):
-    chunks = np.array_split(x, 16, axis=1)
+    # A large term and its negation among the chunks' sums: where they fall in the order decides how much of the sums
+    # rounds away, so two orders differ by about one unit. A plain reordering differs by an ulp, which Adam's first
+    # step and the batch's mean could round alike: the plain runs then agreed in 1 trace of 4 here.
+    chunks = [c.sum(axis=1, keepdims=True, dtype=np.float32) for c in np.array_split(x, 16, axis=1)]
+    chunks += [np.full_like(chunks[0], 1e7), np.full_like(chunks[0], -1e7)]
     total = np.zeros((x.shape[0], 1), np.float32)
     for k in np.random.default_rng().permutation(len(chunks)):
-        total += chunks[k].sum(axis=1, keepdims=True, dtype=np.float32)
+        total += chunks[k]
     return total
 
 
