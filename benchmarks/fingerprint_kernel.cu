@@ -46,6 +46,8 @@ __device__ __forceinline__ uint64_t SumLoadsFirst(const void* data, int64_t begi
   return acc;
 }
 
+// The op's kernel with SumLoadsFirst in place of SumAny. Its frame (which tensor a block takes, the block's reduction)
+// is the op's, copied rather than shared: the op's file stays as it ran on the H200 until a candidate replaces it.
 template <int Chunk, int MinBlocks>
 __global__ void __launch_bounds__(kThreads, MinBlocks) LoadsFirst(Batch b, uint64_t* out) {
   const int64_t block = blockIdx.x;
