@@ -66,27 +66,28 @@ def measure_capture(script: Path, device: str, repeats: int, runs: int, choices:
 
     tf, kind, target, args, trace = setup(script, device)
     taps, _ = builder.tappable_tensors(trace)
-    plain = timed(lambda: trace.concrete(*args), repeats, sync_outputs)
-    variants, steps = {}, {"plain": lambda: trace.concrete(*args)}
+    steps = {"plain": lambda: trace.concrete(*args)}  # each step timed, then profiled with --profile
+    plain = timed(steps["plain"], repeats, sync_outputs)
+    variants = {}
     for choice in choices:
         fp, _ = fingerprint.for_trace(trace, kind, choice)
         inst = capture.build(trace, taps, fp)
         start = time.perf_counter()
         inst(args)  # the first call: tracing, grappler, and kernel compilation
         first = time.perf_counter() - start
-        seconds = timed(lambda inst=inst: inst(args), repeats, sync_outputs)  # inst copies its digests to the host
-        variants[fp.key] = {"name": fp.name, "ms": seconds * 1e3, "ratio": seconds / plain, "first_call_s": first}
         steps[fp.key] = lambda inst=inst: inst(args)
+        seconds = timed(steps[fp.key], repeats, sync_outputs)  # inst copies its digests to the host
+        variants[fp.key] = {"name": fp.name, "ms": seconds * 1e3, "ratio": seconds / plain, "first_call_s": first}
     # The re-imported step with no tap: what the GraphDef round trip costs, apart from fingerprinting.
     bare = capture.build(trace, [], fingerprint.for_trace(trace, kind)[0])
-    seconds = timed(lambda: bare(args), repeats, sync_outputs, warmup=4)
+    steps["no taps"] = lambda: bare(args)
+    seconds = timed(steps["no taps"], repeats, sync_outputs, warmup=4)
     variants["no taps"] = {"name": "the step re-imported from its GraphDef, nothing tapped", "ms": seconds * 1e3,
                            "ratio": seconds / plain, "first_call_s": None}
-    plain_again = timed(lambda: trace.concrete(*args), repeats, sync_outputs)  # drift check
+    plain_again = timed(steps["plain"], repeats, sync_outputs)  # drift check
     if profile:  # where the added time lands on the device (the wall time per call is in the table above)
         from benchmarks.device_profile import compared, kernel_times
 
-        steps["no taps"] = lambda: bare(args)
         print(compared({name: kernel_times(step, calls=profile) for name, step in steps.items()}), flush=True)
     tapped_bytes = sum(_bytes(trace.graph, t) for t in taps)
     with tempfile.TemporaryDirectory() as out:

@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
         tables = {name: kernel_times(lambda call=call: call(*inputs), calls=args.profile_calls)
                   for name, call in calls.items()}
         for name, table in tables.items():
-            print(f"profile {name}: {table['us_per_call'].sum():.1f} us of device time per call; the top kernels:")
+            print(f"profile {name}, the top kernels (device time by family below):")
             print(table.head(12).to_string(index=False))
         print(compared(tables))
     return 0
