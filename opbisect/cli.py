@@ -102,10 +102,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "trace":
         settings = TraceSettings.from_namespace(args)
         if settings.probe != Path():  # a child of the fresh-process check: the script to its training call, no trace
+            from .execute.children import leave_now
             from .execute.fresh import probe
 
             settings.validate()
-            return probe(settings)
+            leave_now(probe(settings))
         from . import session
 
         return session.run_trace(settings)

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .patches.step import PatchedCallable
-
 
 def deterministic(step_or_model, patch: str | Path | list[str]):
     """The step with the ops `patch` names replaced (a report's sources.csv or report folder, op types, or op
     names); for a Keras model, the model itself, whose train step is then patched. The result's `replaced`
     and `skipped` say what was done once it has run (or been traced)."""
     import tensorflow as tf
+
+    from .patches.step import PatchedCallable
 
     spec = ",".join(patch) if isinstance(patch, (list, tuple)) else str(patch)
     if hasattr(step_or_model, "train_step") and hasattr(step_or_model, "make_train_function"):
@@ -36,6 +36,7 @@ def _keras(model, spec: str):
     import tensorflow as tf
 
     from . import tfcompat
+    from .patches.step import PatchedCallable
 
     original = model.train_step
     patched = PatchedCallable(tf.function(original, autograph=False, jit_compile=tfcompat.keras_jit_compile(model)),

@@ -22,10 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import report, tfcompat
+from . import tfcompat
 from .analysis import facts
 from .analysis.rank import rank
-from .analysis.sources import hidden_behind
 from .errors import UsageError
 from .execute.prepared import prepare
 from .patches.registry import switches_on
@@ -49,6 +48,10 @@ def run_trace(settings: TraceSettings, echo=print) -> int:
             record, files = across_replicas(settings)
         else:
             record, files = checked_experiment(settings)
+        # imported once the record is made: pandas and networkx (0.3 s) would delay the fresh-process check's child
+        from . import report
+        from .analysis.sources import hidden_behind
+
         patches = ",".join(p for p in (settings.patch, str(folder.final / report.csv.FILENAME)) if p)
         record.findings = hidden_behind(record.findings, record.sources, str(settings.script), patches,
                                         switches_on())
@@ -155,6 +158,8 @@ def rerun_report(path: Path, out: Path | None = None, html: bool = False, echo=p
     """`opbisect report`: re-make the views from a saved record, running nothing. The record is validated
     before anything is written. The views go into the record's own report folder (whatever its name), or with
     `--out` into `<out>/<script>/`, which must not hold another report."""
+    from . import report
+
     path = Path(path)
     record = store.load(path)
     own = store.report_folder_of(path)
