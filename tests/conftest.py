@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -49,6 +50,10 @@ class Traced:
     @property
     def sources(self) -> list[str]:
         return list(self.csv["op_name"])
+
+    @property
+    def script(self) -> Path:
+        return Path(self.record.meta.script_path)
 
     def row(self, op_name: str) -> dict:
         return self.csv[self.csv["op_name"] == op_name].iloc[0].to_dict()
@@ -177,6 +182,22 @@ def no_global_seed_left_behind():
     from opbisect import tfcompat
 
     tfcompat.restore_global_seed(None)
+
+
+@pytest.fixture(scope="session")
+def noise_traced(tmp_path_factory) -> Traced:
+    """NOISE_STEP traced once for the whole session (in this process: 3 runs, no replay, no fresh-process check):
+    exit 1, its one source the unseeded random op. Tests read it; a test that changes its report folder copies it
+    first (`copied_report`)."""
+    tmp = tmp_path_factory.mktemp("noise")
+    traced = trace(write_script(tmp, "noise", NOISE_STEP), tmp / "C", runs=3, replay=False)
+    assert traced.code == 1
+    return traced
+
+
+def copied_report(traced: Traced, into: Path) -> Path:
+    """A copy of `traced`'s report folder at `into/<script>`, for a test that changes it."""
+    return Path(shutil.copytree(traced.csv_path.parent, into / traced.csv_path.parent.name))
 
 
 @pytest.fixture

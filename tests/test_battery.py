@@ -20,7 +20,7 @@ from opbisect.cli import main
 from opbisect.execute import children
 from opbisect.record import store
 
-from conftest import NOISE_STEP, child_env, write_script
+from conftest import NOISE_STEP, child_env, copied_report, write_script
 
 DETERMINISTIC = """
 w = tf.Variable(tf.ones([4]), name="w")
@@ -43,11 +43,9 @@ def _trace(script: Path, out: Path, *flags: str) -> int:
 
 
 @pytest.fixture
-def noise_report(tmp_path) -> Path:
-    """A report folder of a step with an unseeded random op (exit 1)."""
-    script = write_script(tmp_path, "noise", NOISE_STEP)
-    assert _trace(script, tmp_path / "C") == 1
-    return tmp_path / "C" / "noise"
+def noise_report(noise_traced, tmp_path) -> Path:
+    """A report folder of a step with an unseeded random op (exit 1): the session's trace, copied for this test."""
+    return copied_report(noise_traced, tmp_path / "C")
 
 
 def test_report_of_a_renamed_report_folder_remakes_it_there_and_leaves_the_newer_report_alone(noise_report):

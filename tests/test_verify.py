@@ -263,9 +263,8 @@ def test_deterministic_on_a_keras_model_patches_fit_in_every_form(tmp_path, jit)
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
 
 
-def test_sources_that_are_not_an_ops_own_variation_are_listed_not_patched(tmp_path):
-    script = write_script(tmp_path, "model_step", NOISE_STEP)
-    first = trace(script, tmp_path / "first", runs=3, replay=False)
+def test_sources_that_are_not_an_ops_own_variation_are_listed_not_patched(tmp_path, noise_traced):
+    first, script = noise_traced, noise_traced.script
     assert list(first.csv["kind"]) == ["random"]
     code, variants, record = verify(script, tmp_path, patch=str(first.csv_path), switches=False)
     assert code == 1 and record["replaced"] == []
