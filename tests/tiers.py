@@ -6,8 +6,9 @@
     races     held to a live CPU race, retried until the oracle of fresh processes sees it (marked by hand)
     browser   opens a page in headless Chromium (marked by hand; skips where there is none)
 
-The fast tier is everything else: `pytest -m "not e2e"` (README, Development). Read, not listed by hand, so a new
-test that starts a process is end to end without anyone remembering to say so.
+The fast tier is everything else: `pytest -n 2 -m "not e2e and not races"` (README, Development; tests/run.sh runs
+the tiers in turn, the races alone). Read, not listed by hand, so a new test that starts a process is end to end
+without anyone remembering to say so.
 """
 
 from __future__ import annotations
