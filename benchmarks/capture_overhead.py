@@ -147,7 +147,8 @@ def main() -> None:
     p.add_argument("--debugger-timeout", type=float, default=300, help="seconds for each debugger mode's process")
     p.add_argument("--debugger", default="", help="comma-separated TF Debugger V2 modes, e.g. NO_TENSOR,FULL_TENSOR")
     p.add_argument("--fingerprints", default="auto",
-                   help="comma-separated fingerprinters to time: auto, farmhash, wsum, fused")
+                   help="comma-separated fingerprinters to time: auto, farmhash, wsum, fused, fused-side (the fused op "
+                   "reading on a second CUDA stream)")
     p.add_argument("--grappler-off", default="", help="comma-separated grappler passes to turn off for every "
                    "step timed, e.g. remapping (which fuses ops unless a tap reads the intermediate)")
     p.add_argument("--profile", type=int, default=0, metavar="CALLS",

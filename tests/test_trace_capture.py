@@ -316,6 +316,35 @@ def test_fused_capture_returns_digests_in_tap_order(tmp_path, host_split):
     assert np.array_equal(fps, expected)
 
 
+def test_side_stream_digests_are_awaited_once_per_device_and_equal_the_fused_ones(tmp_path, monkeypatch):
+    trace, args = traced(tmp_path, """
+        @tf.function
+        def step(x):
+            for i in range(40):
+                x = tf.cos(x) * float(i + 2)
+                x = x + tf.cast(tf.shape(x)[0] + i, tf.float32)
+            return x
+
+
+        inputs = (tf.constant([0.75, 0.5, 0.25]),)
+        """)
+    monkeypatch.setattr(builder, "FUSED_GROUP", 16)  # several groups, so the await takes several vectors
+    taps, _ = builder.tappable_tensors(trace)
+    fused, _ = fingerprint.for_device("cpu", choice="fused")
+    side, _ = fingerprint.for_device("cpu", choice=fingerprint.SIDE_STREAM)
+    fused.host_dtypes = side.host_dtypes = frozenset({"int32"})
+    graph_def = capture.instrumented_graph_def(trace, side, capture.Wanted(taps))[0].gd
+    digests = {n.name: n for n in graph_def.node if n.op == "OpbisectFingerprint"}
+    awaits = [n for n in graph_def.node if n.op == "OpbisectAwaitDigests"]
+    on_device = sorted(name for name, n in digests.items() if n.attr["side_stream"].b)
+    assert len(awaits) == 1 and len(on_device) >= 3 and len(on_device) < len(digests)  # the host's: not awaited
+    assert sorted(i.split(":")[0] for i in awaits[0].input) == on_device
+    assert sorted(awaits[0].attr["_class"].list.s) == sorted(f"loc:@{n}".encode() for n in on_device)
+    assert np.array_equal(capture.build(trace, taps, side)(args)[0], capture.build(trace, taps, fused)(args)[0])
+    tensors = [tf.constant([1.0, 2.0]), tf.constant([3, 4]), tf.constant([5.0])]
+    assert np.array_equal(side.many(tensors).numpy(), fused.many(tensors).numpy())
+
+
 def test_fused_many_keeps_order_when_int32_goes_to_the_host():
     fused, _ = fingerprint.for_device("cpu", choice="fused")
     tensors = [tf.constant([1.0, 2.0]), tf.constant([3, 4]), tf.constant([5.0]), tf.constant([7], tf.int64)]

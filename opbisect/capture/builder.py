@@ -179,10 +179,11 @@ def _fused_digests(b: GraphDefBuilder, specs: list[tuple[str, str]], fingerprint
     Taps of the fingerprinter's `host_dtypes` (int32 on a GPU, which TensorFlow keeps in host memory) go to
     nodes on the CPU, so they are not copied to the GPU one by one. The others are grouped by the device their
     producer asked for, and each node is pinned there: a replicated step's taps are digested on their replica's
-    GPU, never copied to another (8k tensors, 14 GB, on a two-GPU BERT-like step).
+    GPU, never copied to another (8k tensors, 14 GB, on a two-GPU BERT-like step). With the fingerprinter's
+    `side_stream`, a device's nodes read on a second stream and one OpbisectAwaitDigests node, colocated with them,
+    takes all their vectors: the step's stream waits there, once, after the device's last group has started.
     """
     import tensorflow as tf
-    from tensorflow.core.framework import attr_value_pb2
 
     on_device, on_host = fingerprinter.split([d for _, d in specs])
     families: dict[tuple[str, str], list[int]] = {}
@@ -192,17 +193,35 @@ def _fused_digests(b: GraphDefBuilder, specs: list[tuple[str, str]], fingerprint
         families[("host", "/device:CPU:0")] = on_host
     parts, layout = [], []
     for f, ((where, device), members) in enumerate(families.items()):
-        for i in range(0, len(members), FUSED_GROUP):
-            group = members[i:i + FUSED_GROUP]
-            types = attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(
-                type=[tf.as_dtype(specs[k][1]).as_datatype_enum for k in group]))
-            name = f"{PREFIX}/fused/{where}{f}/{i}"
-            node = b.add(name, "OpbisectFingerprint", [specs[k][0] for k in group], T=types)
-            node.device = device  # empty: the placer's choice, as for the step's own unpinned ops
-            parts.append(name + ":0")
-            layout.extend(group)
+        side = fingerprinter.side_stream and where == "device"
+        names = [_fused_node(b, specs, members[i:i + FUSED_GROUP], f"{PREFIX}/fused/{where}{f}/{i}", device, side)
+                 for i in range(0, len(members), FUSED_GROUP)]
+        parts.extend(_awaited(b, names, f"{PREFIX}/fused/{where}{f}/await") if side else [n + ":0" for n in names])
+        layout.extend(members)
     b.add(f"{PREFIX}/fingerprints", "Identity", [_concat_tree(b, parts, tf.int64)], T=tf.int64)
     return f"{PREFIX}/fingerprints:0", layout
+
+
+def _fused_node(b: GraphDefBuilder, specs, group: list[int], name: str, device: str, side: bool) -> str:
+    import tensorflow as tf
+    from tensorflow.core.framework import attr_value_pb2
+
+    types = attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(
+        type=[tf.as_dtype(specs[k][1]).as_datatype_enum for k in group]))
+    node = b.add(name, "OpbisectFingerprint", [specs[k][0] for k in group], T=types)
+    if side:
+        node.attr["side_stream"].b = True
+    node.device = device  # empty: the placer's choice, as for the step's own unpinned ops
+    return name
+
+
+def _awaited(b: GraphDefBuilder, names: list[str], name: str) -> list[str]:
+    """The vectors of `names` (side-stream digests of one device) once the step's stream has waited for them: one
+    node taking them all, colocated with them, since a copy to another device would read before the wait."""
+    node = b.add(name, "OpbisectAwaitDigests", [n + ":0" for n in names], N=len(names))
+    node.attr["_class"].list.s.extend(f"loc:@{n}".encode() for n in names)
+    node.device = b.nodes[names[0]].device
+    return [f"{name}:{i}" for i in range(len(names))]
 
 
 def tap_specs(b: GraphDefBuilder, graph, region: str, taps: list[str]) -> Callable[[str], str]:

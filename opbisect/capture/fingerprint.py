@@ -69,6 +69,7 @@ class Fingerprinter:
     key = "base"  # what --fingerprint calls it
     name = "base"
     fused = False  # True: digests many tensors in one node (`many`), no per-tap template
+    side_stream = False  # True: the fused op reads on a second CUDA stream (FusedFingerprinter)
     host_dtypes: frozenset = frozenset()  # dtypes digested by a node on the CPU (see FusedFingerprinter)
 
     def split(self, dtype_names) -> tuple[list[int], list[int]]:
@@ -181,10 +182,15 @@ class FusedFingerprinter(Fingerprinter):
     name = "int64 position-weighted wrap-around sum, fused op (one launch per 96 tensors)"
     fused = True
 
-    def __init__(self, cuda: bool):
+    def __init__(self, cuda: bool, side_stream: bool = False):
         from .. import kernels
 
         self.module = kernels.load(cuda)  # raises kernels.BuildError
+        # On a GPU the reads on a second CUDA stream, beside the step's kernels (kernels/side_stream.h): the
+        # digests are the same; what it costs is measured by benchmarks/capture_overhead.py, not yet on a GPU.
+        self.side_stream = side_stream
+        if side_stream:
+            self.key, self.name = SIDE_STREAM, f"{self.name}, read on a second CUDA stream"
         # On a GPU, TensorFlow keeps int32 tensors in host memory: digest those on the CPU.
         self.host_dtypes = frozenset({"int32"}) if cuda else frozenset()
 
@@ -196,13 +202,17 @@ class FusedFingerprinter(Fingerprinter):
             return tf.zeros([0], tf.int64)
         on_device, on_host = self.split([t.dtype.name for t in tensors])
         if not on_host:
-            return self.module.opbisect_fingerprint(tensors)
+            return self._on_device(tensors)
         parts = []
         if on_device:
-            parts.append(self.module.opbisect_fingerprint([tensors[i] for i in on_device]))
+            parts.append(self._on_device([tensors[i] for i in on_device]))
         with tf.device("/device:CPU:0"):
             parts.append(self.module.opbisect_fingerprint([tensors[i] for i in on_host]))
         return tf.gather(tf.concat(parts, 0), np.argsort(on_device + on_host))  # back to the tensors' order
+
+    def _on_device(self, tensors):
+        digests = self.module.opbisect_fingerprint(tensors, side_stream=self.side_stream)
+        return self.module.opbisect_await_digests([digests])[0] if self.side_stream else digests
 
 
 # From this many ops a CPU step is fingerprinted by the fused op (one node per group of taps) instead of farmhash
@@ -210,14 +220,15 @@ class FusedFingerprinter(Fingerprinter):
 # call of a tapped graph a third the size; benchmarks/README.md, Scale). Below it there is little to gain, and a
 # first build of the op costs about 25 s of compiling (once per machine: it is cached).
 FUSED_ON_CPU_FROM_OPS = 2000
+SIDE_STREAM = "fused-side"  # the fused op reading on a second CUDA stream (FusedFingerprinter.side_stream)
 
 
 def for_device(device: str, jit: bool = False, choice: str = "auto", ops: int = 0) -> tuple[Fingerprinter, str]:
     """The fingerprinter for a device kind ('cpu' or 'gpu') and a note on the choice.
 
     `jit`: the step compiles with XLA, so capture must too (no farmhash, no custom op: the weighted sum in
-    TensorFlow ops). `choice` forces one: farmhash, wsum or fused. `ops`: the step's size, which picks the
-    fused op on a CPU from FUSED_ON_CPU_FROM_OPS.
+    TensorFlow ops). `choice` forces one: farmhash, wsum, fused or fused-side (SIDE_STREAM). `ops`: the step's size,
+    which picks the fused op on a CPU from FUSED_ON_CPU_FROM_OPS.
     """
     from ..kernels import BuildError
 
@@ -226,6 +237,8 @@ def for_device(device: str, jit: bool = False, choice: str = "auto", ops: int = 
     if choice == "wsum" or jit:
         return WeightedSumFingerprinter(), ("the step compiles with XLA" if jit and choice != "wsum" else "")
     large_cpu_step = device == "cpu" and ops >= FUSED_ON_CPU_FROM_OPS
+    if choice == SIDE_STREAM:  # not a command-line choice until a GPU has measured it (benchmarks/README.md)
+        return FusedFingerprinter(cuda=device == "gpu", side_stream=True), ""
     if choice == "fused" or device == "gpu" or large_cpu_step:
         try:
             return FusedFingerprinter(cuda=device == "gpu"), ""

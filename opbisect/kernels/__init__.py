@@ -3,6 +3,8 @@
 - `OpbisectFingerprint` (capture): one op digests many tensors: on a GPU one CUDA launch per batch of up to 96
   tensors, reading each tensor once, instead of several TensorFlow kernels per tensor. Its CPU kernel computes the
   same function (and is what the tests check against the TensorFlow-ops definition in capture/fingerprint.py).
+  With `side_stream`, the GPU kernel reads on a second stream beside the step's (side_stream.h), and
+  `OpbisectAwaitDigests` is where the step's stream waits for those reads before anything uses the digests.
 - `OpbisectScatterCombine` (patches): the rows of each repeated key summed in one fixed order (combine.h) and
   added into a variable's rows in place, one write per row: the scatter patches on a GPU.
 - `OpbisectSegmentSum` (patches): the same sums written once each into a zeroed output: the segment-sum patches on
@@ -26,8 +28,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 OPS = ("fingerprint_op.cc", "combine_op.cc", "dense_op.cc")
-CUDA_KERNELS = ("fingerprint_kernel.cu", "combine_kernel.cu", "dense_kernel.cu")
-SOURCES = ("fingerprint.h", "combine.h", "dense.h", "gpu_op.h", *OPS, *CUDA_KERNELS)
+CUDA_KERNELS = ("fingerprint_kernel.cu", "combine_kernel.cu", "dense_kernel.cu", "side_stream.cu")
+SOURCES = ("fingerprint.h", "combine.h", "dense.h", "gpu_op.h", "side_stream.h", *OPS, *CUDA_KERNELS)
 
 
 class BuildError(RuntimeError):

@@ -10,6 +10,8 @@
 #                                             # head, the sweep but the cross-entropy, BERT-base mixed, the 128k head
 #   bash reports/h200/run_shapes.sh profiles  # where capture's and BERT-base mixed's time goes, the fingerprint
 #                                             # kernel's forms, the combine kernels, the XLA candidate, the sweep
+#   bash reports/h200/run_shapes.sh side      # the digests on a second stream: checked bit for bit, then capture
+#                                             # timed both ways twice and profiled; then the sweep (--copies)
 # with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
 NAME=shapes PHASE=${1:-sweep}
 source "$(dirname "$0")/lib.sh"
@@ -52,4 +54,12 @@ case $PHASE in
             # the candidate on branch xla-ranked-fixed-sum, checked out beside (git archive into branch-xla/)
             [ -d branch-xla ] && run xla_segment_sum 300 bash -c "cd branch-xla && python3 benchmarks/xla_segment_sum.py"
             run sweep 900 python3 benchmarks/patch_sweep.py --device gpu --json "$R/sweep.json" --plot "$R/sweep.png" ;;
+  side) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+        run check_side_stream 300 python3 benchmarks/check_side_stream.py
+        OPBISECT_BERT=base run check_side_stream_base 300 python3 benchmarks/check_side_stream.py --calls 5
+        for n in 1 2; do  # issue 42's done-when: two runs of the same command, one lease
+          OPBISECT_BERT=base run "capture_side_$n" 400 python3 benchmarks/capture_overhead.py --device gpu \
+            --repeats 30 --runs 2 --fingerprints fused,fused-side $([ $n = 1 ] && echo --profile 10)
+        done
+        run sweep 900 python3 benchmarks/patch_sweep.py --device gpu --json "$R/sweep.json" --plot "$R/sweep.png" ;;
 esac
