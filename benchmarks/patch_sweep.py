@@ -6,17 +6,17 @@ each op's memory-bandwidth floor beside it (issue 42).
     python benchmarks/patch_sweep.py --replot sweep.json --plot sweep.png              # a run's table and plot again
 
 One process. For each case (op, shape, dtype): the raw op (plain) and opbisect's patch as the rewrite builds it
-(patched; beside it, where the patch runs on opbisect's own GPU kernels, its form on TensorFlow's ops alone, which
-is what runs where the kernels cannot be built), each one tf.function that applies the op to --copies input sets
-of the case (distinct tensors, so no pass merges them), timed as the median of --repeats samples (at most a second
-of them) of 10 calls back to back, each sample waited for (so dispatch overlaps the device, as in a step), divided
-by the copies. One op a call times the call: the H200 sweeps with one op a call (--copies 1) gave BiasAddGrad
-0.21-0.25 ms at floors from 0.003 to 0.066 ms, times that hardly follow the op's work; in a step the op is one node
-of many in one graph, as in the copies. Then, after tf.config.experimental.enable_op_determinism(), TensorFlow's
-own deterministic form (tf-det: the op's own kernel under the switch, or tf.nn's composition for the cross-entropy,
-whose kernel raises under it). floor: the bytes the op must read and write once / the device's copy bandwidth,
-measured here (a negation of 1 GiB: read + write). "runs": distinct results in 5 calls of the patched form (1: the
-same bits).
+(patched; beside it, where the patch runs on opbisect's own kernels, on a GPU and the CPU's scatter, its form on
+TensorFlow's ops alone, which is what runs where the kernels cannot be built), each one tf.function that applies the
+op to --copies input sets of the case (distinct tensors, so no pass merges them), timed as the median of --repeats
+samples (at most a second of them) of 10 calls back to back, each sample waited for (so dispatch overlaps the
+device, as in a step), divided by the copies. One op a call times the call: the H200 sweeps with one op a call
+(--copies 1) gave BiasAddGrad 0.21-0.25 ms at floors from 0.003 to 0.066 ms, times that hardly follow the op's work;
+in a step the op is one node of many in one graph, as in the copies. Then, after
+tf.config.experimental.enable_op_determinism(), TensorFlow's own deterministic form (tf-det: the op's own kernel
+under the switch, or tf.nn's composition for the cross-entropy, whose kernel raises under it). floor: the bytes the
+op must read and write once / the device's copy bandwidth, measured here (a negation of 1 GiB: read + write).
+"runs": distinct results in 5 calls of the patched form (1: the same bits).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ BUDGET_S = 1.0  # seconds of samples per variant, at most (at least 3 samples): 
 # The patches with a form on opbisect's own GPU kernels; their form on TensorFlow's ops alone is timed beside it.
 OWN_KERNEL_OPS = ("SparseSoftmaxCrossEntropyWithLogits", "BiasAddGrad", "UnsortedSegmentSum", "SegmentSum",
                   "ResourceScatterAdd")
+CPU_OWN_KERNEL_OPS = ("ResourceScatterAdd",)  # on a CPU: the scatter in index order (OpbisectScatterInOrder)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,11 +223,14 @@ def per_op_ms(tf, case: Case, sets, form, repeats: int):
     return seconds / len(sets) * 1e3, distinct
 
 
-COPIES_BYTES = 4 << 30  # the copies' bytes moved, at most: the largest cases (4 GiB) take one, which is long enough
+# The copies' bytes moved, at most: the largest cases (4 GiB) take one, which is long enough. A CPU machine holds
+# every copy's inputs, outputs and the patch's buffers in its memory: 8 copies of the 1M-segment case (512 MB out
+# each) took 24 GB on the 23 GB CPU machine, which killed the run.
+COPIES_BYTES = {"gpu": 4 << 30, "cpu": 1 << 30}
 
 
-def copies(args, moved: int) -> int:
-    return max(1, min(args.copies, COPIES_BYTES // max(moved, 1)))
+def copies(args, moved: int, on_cpu: bool) -> int:
+    return max(1, min(args.copies, COPIES_BYTES["cpu" if on_cpu else "gpu"] // max(moved, 1)))
 
 
 def run(tf, cases, args, on_cpu: bool) -> list[dict]:
@@ -235,11 +239,11 @@ def run(tf, cases, args, on_cpu: bool) -> list[dict]:
     rows = []
     for case in cases:
         first, moved = make(tf, case)
-        sets = [first] + [make(tf, case)[0] for _ in range(copies(args, moved) - 1)]
+        sets = [first] + [make(tf, case)[0] for _ in range(copies(args, moved, on_cpu) - 1)]
         plain, plain_runs = per_op_ms(tf, case, sets, plain_call, args.repeats)
         patched, runs = per_op_ms(tf, case, sets, lambda t, c, i: patched_call(t, c, i, on_cpu), args.repeats)
         tf_ops = None
-        if case.op in OWN_KERNEL_OPS and not on_cpu:
+        if case.op in (CPU_OWN_KERNEL_OPS if on_cpu else OWN_KERNEL_OPS):
             tf_ops = per_op_ms(tf, case, sets, lambda t, c, i: patched_call(t, c, i, on_cpu, own_kernels=False),
                                args.repeats)[0]
         rows.append(dict(op=case.op, words=case.words, shape=list(case.shape), dtype=case.dtype, copies=len(sets),

@@ -98,6 +98,37 @@ def test_resource_scatters_with_duplicate_indices_write_what_the_op_writes(rng, 
     assert bitwise(ours.numpy(), plain.numpy())
 
 
+@pytest.mark.parametrize("own_kernels", [True, False], ids=["own-op", "tf-ops"])
+@pytest.mark.parametrize("op_type", ["ResourceScatterAdd", "ResourceScatterSub"])
+def test_the_cpu_scatter_adds_each_update_in_index_order_whatever_the_threads(rng, op_type, own_kernels):
+    start = rng.normal(size=(300, 64)).astype(np.float32)
+    indices = rng.integers(0, 37, 4000)  # 4000 x 64 updated elements: the rows shared among the threads
+    updates = rng.normal(size=(4000, 64)).astype(np.float32)
+    in_order = start.copy()  # numpy's unbuffered .at: one add after another, in index order, in float32
+    (np.add if op_type == "ResourceScatterAdd" else np.subtract).at(in_order, indices, updates)
+    ctx = PatchContext(op_type=op_type, attrs={}, xla=False, on_cpu=True, own_kernels=own_kernels)
+    fn = tf.function(lambda h, i, u: PATCHES[op_type].build(ctx, h, i, u))
+    results = []
+    for _ in range(3):
+        ours = tf.Variable(start)
+        fn(ours.handle, tf.constant(indices.astype(np.int64)), tf.constant(updates))
+        results.append(ours.numpy())
+    assert all(bitwise(r, results[0]) for r in results)
+    if own_kernels:  # the op's order is the serial loop's; TensorFlow's combine adds each key's rows first
+        assert bitwise(results[0], in_order)
+    else:
+        np.testing.assert_allclose(results[0], in_order, rtol=RTOL, atol=1e-4)
+
+
+def test_the_cpu_scatter_refuses_an_index_outside_the_table_as_the_op_does():
+    ctx = PatchContext(op_type="ResourceScatterAdd", attrs={}, xla=False, on_cpu=True)
+    table = tf.Variable(tf.zeros([4, 2]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[1\] = 4 is not in \[0, 4\)"):
+        tf.function(lambda h, i, u: PATCHES["ResourceScatterAdd"].build(ctx, h, i, u))(
+            table.handle, tf.constant([1, 4]), tf.ones([2, 2]))
+    assert not table.numpy().any()  # nothing written
+
+
 @pytest.mark.parametrize("form", [f for f in FORMS if f.startswith("gpu")])
 @pytest.mark.parametrize("count", [0, 300])
 def test_a_scatter_whose_update_count_is_known_only_at_run_time(rng, count, form):

@@ -2,7 +2,8 @@
 // `OpbisectScatterCombine`: a variable, keys[...], rows[..., ...] -> the variable's rows updated in place, and
 // `OpbisectSegmentSum`: keys[n], rows T[n, ...], num_segments -> T[num_segments, ...], the scatter's sums added into
 // zeros (see combine.h). CPU kernels always, adding in exactly the GPU kernels' order (so the two agree bit for
-// bit); GPU kernels when built with OPBISECT_WITH_CUDA.
+// bit); GPU kernels when built with OPBISECT_WITH_CUDA. And `OpbisectScatterInOrder` (CPU only): the scatter of a
+// serial loop, each update added to its row in index order, the rows shared out among the CPU's threads.
 #include <algorithm>
 #include <numeric>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/lib/core/threadpool.h"
 
 #include "gpu_op.h"
 
@@ -40,6 +42,21 @@ REGISTER_OP("OpbisectCombine")
     });
 
 REGISTER_OP("OpbisectScatterCombine")
+    .Input("resource: resource")
+    .Input("keys: Tindices")
+    .Input("rows: T")
+    .Attr("T: {half, bfloat16, float, double}")
+    .Attr("Tindices: {int32, int64}")
+    .Attr("subtract: bool = false")
+    .SetIsStateful()
+    .SetShapeFn([](tf::shape_inference::InferenceContext* c) { return absl::OkStatus(); });
+
+// The CPU's scatter patch: table[keys[i]] += rows[i] (or -=) for i = 0, 1, ... in order, as a serial loop adds, so
+// the same bits whatever the threads. TensorFlow's CPU kernel adds from several threads at once, which races on a
+// repeated key; the sorted combine above adds in the GPU's order, but its sort is one thread's. This shares the rows
+// out instead: each thread owns a range of rows and adds, in index order, the updates that fall in it (0.27-0.35x
+// the racy kernel in benchmarks/README.md's CPU sweep). A key outside the table is an error, as on TensorFlow's CPU.
+REGISTER_OP("OpbisectScatterInOrder")
     .Input("resource: resource")
     .Input("keys: Tindices")
     .Input("rows: T")
@@ -235,6 +252,69 @@ class ScatterCpu : public ScatterBase {
   }
 };
 
+template <typename Index>
+static int64_t FirstOutside(const Index* keys, int64_t n, int64_t table_rows) {
+  for (int64_t i = 0; i < n; ++i)
+    if (keys[i] < 0 || keys[i] >= table_rows) return i;
+  return -1;
+}
+
+template <typename T, typename Index>
+static void AddInOrder(const Index* keys, const T* rows, int64_t n, int64_t d, int64_t lo, int64_t hi, bool subtract,
+                       T* table) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = keys[i];
+    if (k < lo || k >= hi) continue;
+    T* row = table + k * d;
+    const T* update = rows + i * d;
+    if (subtract) {
+      for (int64_t j = 0; j < d; ++j) row[j] = row[j] - update[j];
+    } else {
+      for (int64_t j = 0; j < d; ++j) row[j] = row[j] + update[j];
+    }
+  }
+}
+
+constexpr int64_t kSerialElements = 1 << 15;  // below this many updated elements one thread does it all
+
+template <typename T>
+class ScatterInOrderCpu : public ScatterCpu<T> {
+ public:
+  using ScatterCpu<T>::ScatterCpu;
+
+ protected:
+  absl::Status Update(tf::OpKernelContext* c, const tf::Tensor& keys, const tf::Tensor& rows, int64_t n, int64_t d,
+                      int64_t table_rows, tf::Tensor* table) override {
+    return keys.dtype() == tf::DT_INT64 ? Run(c, keys.flat<int64_t>().data(), rows, n, d, table_rows, table)
+                                        : Run(c, keys.flat<int32_t>().data(), rows, n, d, table_rows, table);
+  }
+
+ private:
+  template <typename Index>
+  absl::Status Run(tf::OpKernelContext* c, const Index* keys, const tf::Tensor& rows, int64_t n, int64_t d,
+                   int64_t table_rows, tf::Tensor* table) {
+    const int64_t bad = FirstOutside(keys, n, table_rows);
+    if (bad >= 0)
+      return tf::errors::InvalidArgument("OpbisectScatterInOrder: indices[", bad, "] = ", keys[bad],
+                                         " is not in [0, ", table_rows, ")");
+    const T* src = rows.flat<T>().data();
+    T* dst = table->flat<T>().data();
+    const bool subtract = this->subtract_;
+    auto* workers = c->device()->tensorflow_cpu_worker_threads()->workers;
+    const int64_t shards = n * d < kSerialElements ? 1 : std::min<int64_t>(workers->NumThreads(), table_rows);
+    if (shards <= 1) {
+      AddInOrder(keys, src, n, d, 0, table_rows, subtract, dst);
+      return absl::OkStatus();
+    }
+    // One unit a shard (a cost far above ParallelFor's threshold): each shard owns rows [lo, hi) and scans every key.
+    workers->ParallelFor(shards, int64_t{1} << 30, [&](int64_t first, int64_t last) {
+      for (int64_t s = first; s < last; ++s)
+        AddInOrder(keys, src, n, d, s * table_rows / shards, (s + 1) * table_rows / shards, subtract, dst);
+    });
+    return absl::OkStatus();
+  }
+};
+
 // The segment sum's checks and output (zeros): keys [n], rows [n, ...], num_segments a scalar in [0, 2^31).
 absl::Status PrepareSegments(tf::OpKernelContext* c, int64_t* n, int64_t* d, int64_t* segments, tf::Tensor** out) {
   const tf::Tensor& keys = c->input(0);
@@ -284,6 +364,14 @@ OPBISECT_SCATTER_CPU(Eigen::half);
 OPBISECT_SCATTER_CPU(Eigen::bfloat16);
 OPBISECT_SCATTER_CPU(float);
 OPBISECT_SCATTER_CPU(double);
+
+#define OPBISECT_IN_ORDER_CPU(T)                                                                              \
+  REGISTER_KERNEL_BUILDER(Name("OpbisectScatterInOrder").Device(tf::DEVICE_CPU).TypeConstraint<T>("T"), \
+                          ScatterInOrderCpu<T>)
+OPBISECT_IN_ORDER_CPU(Eigen::half);
+OPBISECT_IN_ORDER_CPU(Eigen::bfloat16);
+OPBISECT_IN_ORDER_CPU(float);
+OPBISECT_IN_ORDER_CPU(double);
 
 #define OPBISECT_SEGMENTS_CPU(T)                                                                           \
   REGISTER_KERNEL_BUILDER(Name("OpbisectSegmentSum").Device(tf::DEVICE_CPU).TypeConstraint<T>("T"), \

@@ -141,6 +141,15 @@ def usable_own_ops(ctx):
     return own_ops()
 
 
+def cpu_own_ops(ctx, dtype):
+    """opbisect's op library where this node runs on a CPU, outside XLA, in a dtype its CPU scatter takes; else
+    None (then the patch combines the duplicates with TensorFlow's ops: 1.15-2.41x the racy kernel in the CPU sweep,
+    benchmarks/README.md, against the op's 0.27-0.35x)."""
+    if not ctx.on_cpu or ctx.xla or not ctx.own_kernels or dtype.name not in _SORT_KERNEL_DTYPES:
+        return None
+    return own_ops()
+
+
 @functools.cache
 def own_ops():
     """opbisect's op library (OpbisectSegmentSum, OpbisectScatterCombine, and the dense ops of patches/dense.py),
@@ -153,8 +162,9 @@ def own_ops():
         return load(cuda=bool(tf.config.list_physical_devices("GPU")))
     except BuildError as exc:
         warnings.warn(f"opbisect's op library could not be built ({str(exc).splitlines()[0]}): the patches use "
-                      f"TensorFlow's ops (the segment sums and scatters its sort-based kernels, which wait for the GPU "
-                      f"once per sum; the cross-entropy and bias gradients its compositions)", stacklevel=2)
+                      f"TensorFlow's ops (on a GPU the segment sums and scatters its sort-based kernels, which wait "
+                      f"for the GPU once per sum, the cross-entropy and bias gradients its compositions; on a CPU "
+                      f"the scatters combine their repeated indices first, 1.15-2.41x the racy kernel)", stacklevel=2)
         return None
 
 
@@ -434,7 +444,8 @@ def _gather(data, indices):
     return tf.gather(data, indices)
 
 
-_SCATTER_HOW = "the updates of each repeated index summed deterministically first, then one update per index"
+_SCATTER_HOW = ("the updates of each repeated index summed deterministically first, then one update per index; on a "
+                "CPU, each update added to its row in index order, every row by one thread")
 
 
 def _scatter(ctx, write, target, indices, updates, slice_rows):
@@ -479,6 +490,11 @@ def _resource_scatter(ctx, op_type: str, resource, indices, updates):
         with _on_host():
             slice_shape = tf.cast(shape[1:], tf.int32)
         updates = tf.broadcast_to(updates, tf.concat([tf.shape(indices), slice_shape], 0))
+    in_order = cpu_own_ops(ctx, updates.dtype)
+    if in_order is not None:  # a CPU: each update added in index order, the rows shared out among its threads
+        in_order.opbisect_scatter_in_order(resource=resource, keys=indices, rows=updates,
+                                           subtract=op_type == "ResourceScatterSub")
+        return []
     if _path(ctx, updates.dtype) == "combine":
         # One op: no atomics, and none of the three kernels (gather, add, write) that would update the rows after
         # a separate combine (about 0.2 ms a scatter on the H200, a third of a small sparse step).
