@@ -61,5 +61,8 @@ case $PHASE in
           OPBISECT_BERT=base run "capture_side_$n" 400 python3 benchmarks/capture_overhead.py --device gpu \
             --repeats 30 --runs 2 --fingerprints fused,fused-side $([ $n = 1 ] && echo --profile 10)
         done
+        # lean taps, on branch lean-taps, checked out beside (git archive lean-taps | tar -x -C branch-lean)
+        [ -d branch-lean ] && OPBISECT_BERT=base run capture_lean 400 bash -c "cd branch-lean && python3 \
+          benchmarks/capture_overhead.py --device gpu --repeats 30 --runs 2 --fingerprints fused --taps all,lean"
         run sweep 900 python3 benchmarks/patch_sweep.py --device gpu --json "$R/sweep.json" --plot "$R/sweep.png" ;;
 esac
