@@ -233,6 +233,25 @@ def copies(args, moved: int, on_cpu: bool) -> int:
     return max(1, min(args.copies, COPIES_BYTES["cpu" if on_cpu else "gpu"] // max(moved, 1)))
 
 
+PROFILED_CALLS = 5
+EXECUTOR_EVENTS = ("Executor", "Memory", "Threadpool")  # a CPU profile's events around the ops' kernels
+
+
+def profiled(tf, case: Case, sets, on_cpu: bool) -> dict:
+    """Device time and launches a call of one op, plain and patched, from TensorFlow's profiler: what a row over the
+    goal spends (benchmarks/device_profile.py); the kernels that grew are printed."""
+    from device_profile import compared, kernel_times
+
+    forms = {"plain": plain_call, "patched": lambda t, c, i: patched_call(t, c, i, on_cpu)}
+    tables = {name: kernel_times(tf.function(copied([form(tf, case, inputs) for inputs in sets])),
+                                 calls=PROFILED_CALLS) for name, form in forms.items()}
+    if on_cpu:  # the host's rows: the ops' kernels, not the executor's own events that contain them
+        tables = {name: t[~t["kernel"].str.startswith(EXECUTOR_EVENTS)] for name, t in tables.items()}
+    print(compared(tables, top=6), flush=True)
+    return {name: {"device_us": float(t["us_per_call"].sum()) / len(sets),
+                   "launches": float(t["calls"].sum()) / PROFILED_CALLS / len(sets)} for name, t in tables.items()}
+
+
 def run(tf, cases, args, on_cpu: bool) -> list[dict]:
     bandwidth = copy_bandwidth(tf, 1.0 if not on_cpu else 1 / 16)
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s", flush=True)
@@ -250,6 +269,8 @@ def run(tf, cases, args, on_cpu: bool) -> list[dict]:
                          plain_ms=plain, patched_ms=patched, ratio=patched / plain, tf_ops_ms=tf_ops,
                          floor_ms=moved / bandwidth * 1e3, plain_runs=plain_runs, patched_runs=runs))
         print(_line(rows[-1]), flush=True)
+        if args.profile_over and rows[-1]["ratio"] > args.profile_over:
+            rows[-1]["profile"] = profiled(tf, case, sets, on_cpu)
         save(rows, args, tf)
         del first, sets
     tf.config.experimental.enable_op_determinism()  # the switch, last: it holds for the rest of the process
@@ -274,13 +295,26 @@ def table(rows) -> str:
     lines = ["| op | shape | dtype | plain ms | patched ms | patched / plain | TF ops only / plain | tf-det / plain "
              "| floor ms | patched / floor | runs plain -> patched |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    profiles = any("profile" in r for r in rows)
+    if profiles:  # a column of the device's own time a call for the rows profiled (--profile-over)
+        lines[0] += " device us, launches: plain -> patched |"
+        lines[1] += " --- |"
     for r in rows:
         det = f"{r['tf_det_ms'] / r['plain_ms']:.2f}x" if r.get("tf_det_ms") else r.get("tf_det_error", "-")
         tf_ops = f"{r['tf_ops_ms'] / r['plain_ms']:.2f}x" if r.get("tf_ops_ms") else "-"
         lines.append(f"| {r['op']} | {r['words']} | {r['dtype']} | {r['plain_ms']:.3f} | {r['patched_ms']:.3f} | "
                      f"{r['ratio']:.2f}x | {tf_ops} | {det} | {r['floor_ms']:.3f} | "
-                     f"{r['patched_ms'] / r['floor_ms']:.1f}x | {r['plain_runs']} -> {r['patched_runs']} |")
+                     f"{r['patched_ms'] / r['floor_ms']:.1f}x | {r['plain_runs']} -> {r['patched_runs']} |"
+                     + (f" {_profile_cell(r.get('profile'))} |" if profiles else ""))
     return "\n".join(lines)
+
+
+def _profile_cell(profile) -> str:
+    if not profile:
+        return "-"
+    plain, patched = profile["plain"], profile["patched"]
+    return (f"{plain['device_us']:.1f}, {plain['launches']:.0f} -> {patched['device_us']:.1f}, "
+            f"{patched['launches']:.0f}")
 
 
 def plot(rows, path: str) -> None:
@@ -315,6 +349,10 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--copies", type=int, default=8, help="input sets, one op each, in one timed call (1: the "
                         "first H200 sweep's way, which times the call for small ops)")
+    parser.add_argument("--profile-over", type=float, default=0.0, metavar="RATIO",
+                        help="profile the rows whose patched / plain is over RATIO: the device's time and launches "
+                        "a call of each form, where the time of a row over the goal goes (on a CPU: the ops' time "
+                        "summed over the host's threads)")
     parser.add_argument("--json", default="")
     parser.add_argument("--plot", default="")
     parser.add_argument("--replot", default="", help="a JSON this wrote: its table and --plot again, nothing run")

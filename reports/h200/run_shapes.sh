@@ -11,7 +11,8 @@
 #   bash reports/h200/run_shapes.sh profiles  # where capture's and BERT-base mixed's time goes, the fingerprint
 #                                             # kernel's forms, the combine kernels, the XLA candidate, the sweep
 #   bash reports/h200/run_shapes.sh side      # the digests on a second stream: checked bit for bit, then capture
-#                                             # timed both ways twice and profiled; then the sweep (--copies)
+#                                             # timed both ways twice and profiled; then the sweep (--copies), each
+#                                             # row over 1.05x profiled (its device time and launches)
 # with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
 NAME=shapes PHASE=${1:-sweep}
 source "$(dirname "$0")/lib.sh"
@@ -64,5 +65,6 @@ case $PHASE in
         # lean taps, on branch lean-taps, checked out beside (git archive lean-taps | tar -x -C branch-lean)
         [ -d branch-lean ] && OPBISECT_BERT=base run capture_lean 400 bash -c "cd branch-lean && python3 \
           benchmarks/capture_overhead.py --device gpu --repeats 30 --runs 2 --fingerprints fused --taps all,lean"
-        run sweep 900 python3 benchmarks/patch_sweep.py --device gpu --json "$R/sweep.json" --plot "$R/sweep.png" ;;
+        run sweep 900 python3 benchmarks/patch_sweep.py --device gpu --profile-over 1.05 --json "$R/sweep.json" \
+          --plot "$R/sweep.png" ;;
 esac
