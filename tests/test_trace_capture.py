@@ -328,7 +328,7 @@ def test_side_stream_digests_are_awaited_once_per_device_and_equal_the_fused_one
 
         inputs = (tf.constant([0.75, 0.5, 0.25]),)
         """)
-    monkeypatch.setattr(builder, "FUSED_GROUP", 16)  # several groups, so the await takes several vectors
+    monkeypatch.setattr(builder, "SIDE_GROUP", 16)  # several groups, so the await takes several vectors
     taps, _ = builder.tappable_tensors(trace)
     fused, _ = fingerprint.for_device("cpu", choice="fused")
     side, _ = fingerprint.for_device("cpu", choice=fingerprint.SIDE_STREAM)

@@ -171,6 +171,9 @@ def _stamped_digests(b: GraphDefBuilder, specs: list[tuple[str, str]], fingerpri
 
 
 FUSED_GROUP = 512  # taps per fused node, in topological order: an early group runs (and frees) early
+# On the side stream a node's reads overlap the step only once its last input exists, and the last node's reads are
+# all the step waits for at its end: one launch batch a node (kernels/fingerprint.h, kBatch) starts each soonest.
+SIDE_GROUP = 96
 
 
 def _fused_digests(b: GraphDefBuilder, specs: list[tuple[str, str]], fingerprinter) -> tuple[str, list[int]]:
@@ -194,8 +197,9 @@ def _fused_digests(b: GraphDefBuilder, specs: list[tuple[str, str]], fingerprint
     parts, layout = [], []
     for f, ((where, device), members) in enumerate(families.items()):
         side = fingerprinter.side_stream and where == "device"
-        names = [_fused_node(b, specs, members[i:i + FUSED_GROUP], f"{PREFIX}/fused/{where}{f}/{i}", device, side)
-                 for i in range(0, len(members), FUSED_GROUP)]
+        group = SIDE_GROUP if side else FUSED_GROUP
+        names = [_fused_node(b, specs, members[i:i + group], f"{PREFIX}/fused/{where}{f}/{i}", device, side)
+                 for i in range(0, len(members), group)]
         parts.extend(_awaited(b, names, f"{PREFIX}/fused/{where}{f}/await") if side else [n + ":0" for n in names])
         layout.extend(members)
     b.add(f"{PREFIX}/fingerprints", "Identity", [_concat_tree(b, parts, tf.int64)], T=tf.int64)
