@@ -58,7 +58,7 @@ def setup(script: Path, device: str):
 
 
 def measure_capture(script: Path, device: str, repeats: int, runs: int, choices: list[str],
-                    profile: int = 0) -> dict:
+                    profile: int = 0, side_groups: tuple = (96,)) -> dict:
     from opbisect.capture import builder, fingerprint
     from opbisect.capture import taps as capture
     from opbisect.session import run_trace
@@ -69,15 +69,17 @@ def measure_capture(script: Path, device: str, repeats: int, runs: int, choices:
     steps = {"plain": lambda: trace.concrete(*args)}  # each step timed, then profiled with --profile
     plain = timed(steps["plain"], repeats, sync_outputs)
     variants = {}
-    for choice in choices:
+    for choice, group in [(c, g) for c in choices for g in (side_groups if c == fingerprint.SIDE_STREAM else [0])]:
         fp, _ = fingerprint.for_trace(trace, kind, choice)
+        key = f"{fp.key}, {group} a node" if group else fp.key
+        builder.SIDE_GROUP = group or builder.SIDE_GROUP  # taps a side-stream node reads: one form per --side-groups
         inst = capture.build(trace, taps, fp)
         start = time.perf_counter()
         inst(args)  # the first call: tracing, grappler, and kernel compilation
         first = time.perf_counter() - start
-        steps[fp.key] = lambda inst=inst: inst(args)
-        seconds = timed(steps[fp.key], repeats, sync_outputs)  # inst copies its digests to the host
-        variants[fp.key] = {"name": fp.name, "ms": seconds * 1e3, "ratio": seconds / plain, "first_call_s": first}
+        steps[key] = lambda inst=inst: inst(args)
+        seconds = timed(steps[key], repeats, sync_outputs)  # inst copies its digests to the host
+        variants[key] = {"name": fp.name, "ms": seconds * 1e3, "ratio": seconds / plain, "first_call_s": first}
     # The re-imported step with no tap: what the GraphDef round trip costs, apart from fingerprinting.
     bare = capture.build(trace, [], fingerprint.for_trace(trace, kind)[0])
     steps["no taps"] = lambda: bare(args)
@@ -149,6 +151,8 @@ def main() -> None:
     p.add_argument("--fingerprints", default="auto",
                    help="comma-separated fingerprinters to time: auto, farmhash, wsum, fused, fused-side (the fused op "
                    "reading on a second CUDA stream)")
+    p.add_argument("--side-groups", default="96", help="comma-separated taps a node for fused-side, each timed "
+                   "(few: each node starts reading sooner; many: fewer launches and events on the host)")
     p.add_argument("--grappler-off", default="", help="comma-separated grappler passes to turn off for every "
                    "step timed, e.g. remapping (which fuses ops unless a tap reads the intermediate)")
     p.add_argument("--profile", type=int, default=0, metavar="CALLS",
@@ -162,7 +166,7 @@ def main() -> None:
         return
     result = {"script": str(a.script), "debugger": [], "grappler_off": GRAPPLER_OFF,
               "capture": measure_capture(a.script, a.device, a.repeats, a.runs, a.fingerprints.split(","),
-                                         a.profile)}
+                                         a.profile, tuple(int(g) for g in a.side_groups.split(",")))}
     for mode in filter(None, a.debugger.split(",")):
         # A child process per mode: the debugger instruments every function traced after it is enabled.
         cmd = [sys.executable, __file__, "--script", str(a.script), "--device", a.device, "--repeats",
@@ -180,17 +184,17 @@ def main() -> None:
     print(f"capture overhead: {a.script.name} on {c['device']}, {c['ops']} ops, {c['taps']} tensors tapped "
           f"({c['tapped_MB']:.0f} MB of static-shape outputs), median of {a.repeats} calls"
           + (f", grappler passes off: {', '.join(GRAPPLER_OFF)}" if GRAPPLER_OFF else ""))
-    print(f"{'what':<34}{'ms/step':>10}{'ratio':>8}")
-    print(f"{'plain step':<34}{c['plain_ms']:>10.2f}{1:>8.2f}")
-    print(f"{'plain step, timed again':<34}{c['plain_again_ms']:>10.2f}{c['plain_again_ms'] / c['plain_ms']:>8.2f}")
+    print(f"{'what':<44}{'ms/step':>10}{'ratio':>8}")
+    print(f"{'plain step':<44}{c['plain_ms']:>10.2f}{1:>8.2f}")
+    print(f"{'plain step, timed again':<44}{c['plain_again_ms']:>10.2f}{c['plain_again_ms'] / c['plain_ms']:>8.2f}")
     for key, v in c["variants"].items():
         first = f"first call {v['first_call_s']:.1f} s; " if v["first_call_s"] is not None else ""
-        print(f"{'instrumented, ' + key:<34}{v['ms']:>10.2f}{v['ratio']:>8.2f}   ({first}{v['name']})")
+        print(f"{'instrumented, ' + key:<44}{v['ms']:>10.2f}{v['ratio']:>8.2f}   ({first}{v['name']})")
     for d in result["debugger"]:
         if "error" in d:
             print(f"TF Debugger V2 {d['mode']}: failed: {d['error']}")
         else:
-            print(f"{'TF Debugger V2 ' + d['mode']:<34}{d['debugger_ms']:>10.2f}{d['ratio']:>8.2f}"
+            print(f"{'TF Debugger V2 ' + d['mode']:<44}{d['debugger_ms']:>10.2f}{d['ratio']:>8.2f}"
                   f"   (its own plain step: {d['plain_ms']:.2f} ms)")
     print(f"whole `opbisect trace --runs {c['runs']}`: {c['trace_s']:.1f} s = {c['trace_over_plain_steps']:.0f}x "
           f"the {c['runs']} plain steps it examines ({c['n_plain_steps_s'] * 1e3:.0f} ms)")

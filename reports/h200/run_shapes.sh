@@ -60,7 +60,8 @@ case $PHASE in
         OPBISECT_BERT=base run check_side_stream_base 300 python3 benchmarks/check_side_stream.py --calls 5
         for n in 1 2; do  # issue 42's done-when: two runs of the same command, one lease
           OPBISECT_BERT=base run "capture_side_$n" 400 python3 benchmarks/capture_overhead.py --device gpu \
-            --repeats 30 --runs 2 --fingerprints fused,fused-side $([ $n = 1 ] && echo --profile 10)
+            --repeats 30 --runs 2 --fingerprints fused,fused-side --side-groups 96,512 \
+            $([ $n = 1 ] && echo --profile 10)
         done
         # lean taps, on branch lean-taps, checked out beside (git archive lean-taps | tar -x -C branch-lean)
         [ -d branch-lean ] && OPBISECT_BERT=base run capture_lean 400 bash -c "cd branch-lean && python3 \
