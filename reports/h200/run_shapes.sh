@@ -59,7 +59,7 @@ case $PHASE in
         run check_side_stream 300 python3 benchmarks/check_side_stream.py
         OPBISECT_BERT=base run check_side_stream_base 300 python3 benchmarks/check_side_stream.py --calls 5
         for n in 1 2; do  # issue 42's done-when: two runs of the same command, one lease
-          OPBISECT_BERT=base run "capture_side_$n" 400 python3 benchmarks/capture_overhead.py --device gpu \
+          OPBISECT_BERT=base run "capture_side_$n" 500 python3 benchmarks/capture_overhead.py --device gpu \
             --repeats 30 --runs 2 --fingerprints fused,fused-side --side-groups 96,512 \
             $([ $n = 1 ] && echo --profile 10)
         done
