@@ -41,30 +41,26 @@ REGISTER_OP("OpbisectCombine")
       return absl::OkStatus();
     });
 
-REGISTER_OP("OpbisectScatterCombine")
-    .Input("resource: resource")
-    .Input("keys: Tindices")
-    .Input("rows: T")
-    .Attr("T: {half, bfloat16, float, double}")
-    .Attr("Tindices: {int32, int64}")
-    .Attr("subtract: bool = false")
-    .SetIsStateful()
-    .SetShapeFn([](tf::shape_inference::InferenceContext* c) { return absl::OkStatus(); });
+// The two scatters' signature: a variable, keys[...], rows[..., ...]; the variable's rows updated in place.
+#define OPBISECT_SCATTER_OP(name)                                               \
+  REGISTER_OP(name)                                                              \
+      .Input("resource: resource")                                               \
+      .Input("keys: Tindices")                                                   \
+      .Input("rows: T")                                                          \
+      .Attr("T: {half, bfloat16, float, double}")                                \
+      .Attr("Tindices: {int32, int64}")                                          \
+      .Attr("subtract: bool = false")                                            \
+      .SetIsStateful()                                                           \
+      .SetShapeFn([](tf::shape_inference::InferenceContext* c) { return absl::OkStatus(); })
+
+OPBISECT_SCATTER_OP("OpbisectScatterCombine");
 
 // The CPU's scatter patch: table[keys[i]] += rows[i] (or -=) for i = 0, 1, ... in order, as a serial loop adds, so
 // the same bits whatever the threads. TensorFlow's CPU kernel adds from several threads at once, which races on a
 // repeated key; the sorted combine above adds in the GPU's order, but its sort is one thread's. This shares the rows
 // out instead: each thread owns a range of rows and adds, in index order, the updates that fall in it (0.27-0.35x
 // the racy kernel in benchmarks/README.md's CPU sweep). A key outside the table is an error, as on TensorFlow's CPU.
-REGISTER_OP("OpbisectScatterInOrder")
-    .Input("resource: resource")
-    .Input("keys: Tindices")
-    .Input("rows: T")
-    .Attr("T: {half, bfloat16, float, double}")
-    .Attr("Tindices: {int32, int64}")
-    .Attr("subtract: bool = false")
-    .SetIsStateful()
-    .SetShapeFn([](tf::shape_inference::InferenceContext* c) { return absl::OkStatus(); });
+OPBISECT_SCATTER_OP("OpbisectScatterInOrder");
 
 // unsorted_segment_sum(rows, keys, num_segments) with one write per output row and no atomics: the combine's sums
 // written straight into the zeroed output (the scatter's kernel over a table of zeros), where the combine's padded
