@@ -79,7 +79,7 @@ int SideAfter(void* main, void** side) {
 int RecordOn(void* stream, void** event) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   int device = 0;
-  cudaError_t err = cudaStreamGetDevice(s, &device);
+  cudaError_t err = DeviceOf(s, &device);
   if (err != cudaSuccess) return static_cast<int>(err);
   cudaEvent_t made = nullptr;
   err = OnDevice(device, [&] {
