@@ -21,6 +21,11 @@ EXIT_TERMINATED = 143
 EXIT_INTERNAL = 170
 
 
+class LacksPatchedOps(UserWarning):
+    """A step lacks some of the ops a patch names (opbisect.deterministic warns of it, step by step; `opbisect run`
+    leaves these out and says once at its end which ops no step had)."""
+
+
 class OpbisectError(Exception):
     """Base class: `str(err)` is the one-line message shown to the user."""
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 from .deterministic import deterministic
-from .errors import UsageError
+from .errors import LacksPatchedOps, UsageError
 from .execute import digest
 from .settings import RunSettings
 from .targets.intercept import hooked, trains
@@ -40,16 +41,17 @@ class PatchHooks:
     def __init__(self, spec: str, steps: int = 0, keep: bool = False):
         self.spec, self.limit, self.keep = spec, steps, keep
         self.steps: dict[int, Any] = {}  # id(tf.function) -> its patched form (or itself), None: trains not
-        self.busy = False  # patching a step traces it: its own calls are not the script's
+        self.busy = False  # patching a step traces it, fit runs Keras' functions: their calls are not steps
         self.models: dict[int, Any] = {}  # id -> each Keras model the script trained
         self.variables: dict[int, list] = {}  # id(tf.function) -> the variables each training step reads
         self.digests: list[dict[str, str]] = []  # per variable: at the first training call, then after each step
         self.replaced: set[str] = set()  # ops replaced in any step
+        self.patched: dict[int, Any] = {}  # id -> each patched step that ran (a model's, anew after each compile)
 
     # -- Keras: the train function fit and train_on_batch run --------------------------------------------------
     def make_train_function(self, model, make, args, kwargs):
         if self.spec and getattr(model, "opbisect_patched", None) is None:
-            deterministic(model, self.spec)
+            deterministic(model, self.spec, strict=self._first())
         made = make(model, *args, **kwargs)
         function = made if made is not None else model.train_function  # tf_keras returns it, Keras 3 sets it
         self.steps[id(function)] = None  # fit's loop around the patched train step: its graph is not the step's
@@ -61,7 +63,11 @@ class PatchHooks:
     def _counted(self, function, variables, owner):
         def train_function(*args, **kwargs):
             self._before(variables())
-            out = function(*args, **kwargs)
+            self.busy = True  # Keras 3's train function is Python around its own tf.functions: not the script's steps
+            try:
+                out = function(*args, **kwargs)
+            finally:
+                self.busy = False
             self._after(variables(), owner)
             return out
         return train_function
@@ -94,10 +100,16 @@ class PatchHooks:
             graph = function.get_concrete_function(*args).graph
             if not trains(graph):
                 return None
+            strict = self._first()
             self.variables[id(function)] = list(graph.variables)
-            return deterministic(function, self.spec) if self.spec else function
+            return deterministic(function, self.spec, strict=strict) if self.spec else function
         finally:
             self.busy = False
+
+    def _first(self) -> bool:
+        """Whether no training step was patched before: only the first has to have some of the patch's ops (one
+        with none was made for another script: one line, 128); later ones may be other steps of this script."""
+        return not (self.models or self.variables)
 
     # -- the state, step by step ---------------------------------------------------------------------------
     def _before(self, variables: list) -> None:
@@ -105,11 +117,20 @@ class PatchHooks:
             self.digests.append(digest.per_variable(variables))  # the state at the first training call
 
     def _after(self, variables: list, step) -> None:
-        self.replaced.update(getattr(getattr(step, "opbisect_patched", step), "replaced", []) or [])
+        patched = getattr(step, "opbisect_patched", step)
+        self.replaced.update(getattr(patched, "replaced", []) or [])
+        if hasattr(patched, "lacking"):
+            self.patched[id(patched)] = patched
         if self.keep or self.limit:
             self.digests.append(digest.per_variable(variables))
         if self.limit and len(self.digests) > self.limit:
             raise StepsDone()
+
+    @property
+    def lacking(self) -> list[str]:
+        """The ops the patch names that no training step had."""
+        lacking = [set(patched.lacking) for patched in self.patched.values()]
+        return sorted(set.intersection(*lacking)) if lacking else []
 
     @property
     def trained(self) -> bool:
@@ -166,7 +187,8 @@ def run(settings: RunSettings, echo=lambda line: print(line, file=sys.stderr)) -
     hooks = PatchHooks(settings.patch, settings.steps, keep=settings.digests != Path())
     seeds = pinned({KERAS}, int(settings.seed)) if settings.seed else contextlib.nullcontext()
     code = 0
-    with importable(settings.script):
+    with importable(settings.script), warnings.catch_warnings():
+        warnings.simplefilter("ignore", LacksPatchedOps)  # said once at the end: the ops no step had
         try:
             runner.run(TensorFlowSetup(settings.device).watching(), seeds, hooked(hooks), during="while it ran")
         except StepsDone:
@@ -190,6 +212,9 @@ def _said(settings: RunSettings, hooks: PatchHooks, code: int) -> list[str]:
     if settings.patch and not hooks.replaced:
         out.append(f"opbisect: warning: --patch {settings.patch} replaced no op in the steps the script trained "
                    f"with: it was made for another step (`opbisect fix` on this script makes one for it)")
+    elif hooks.lacking:
+        out.append(f"opbisect: warning: --patch {settings.patch} names {len(hooks.lacking)} op(s) that no training "
+                   f"step had, e.g. {hooks.lacking[0]} (from another version of the script?); the rest were replaced")
     if code == 0:
         value, count = hooks.final_digest()
         steps = f" after {len(hooks.digests) - 1} training step(s) (--steps)" if settings.steps else ""

@@ -231,6 +231,72 @@ def test_run_on_an_example_with_its_patch_reaches_the_end(tmp_path):
     assert said(done)[-1].startswith("opbisect: final weights ")
 
 
+TWO_PHASES = """
+import keras
+
+keras.utils.set_random_seed(0)
+rng = np.random.default_rng(0)
+x, y = rng.integers(0, 100, (128, 16)), rng.integers(0, 4, (128,))
+base = keras.Sequential([keras.layers.Embedding(100, 8, name="table"), keras.layers.GlobalAveragePooling1D()])
+model = keras.Sequential([base, keras.layers.Dense(4)])
+base.trainable = False
+for optimizer in (keras.optimizers.SGD(0.1), keras.optimizers.Adam(0.05)):  # frozen, then thawed (fine-tuning)
+    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, batch_size=64, shuffle=False, verbose=0)
+    base.trainable = True
+"""
+
+
+def test_run_patches_a_model_compiled_again_so_the_thawed_layers_train(tmp_path):
+    """Transfer learning under `opbisect run --patch`: the second compile's step is patched anew, so its thawed
+    embedding trains in the second phase's two steps (a patch kept from the first compile left it as it was); and
+    Keras 3's train function, Python around tf.functions of its own, is one step, not two."""
+    script = write_script(tmp_path, "two_phases", TWO_PHASES)
+    done = opbisect("run", "--patch", "BiasAddGrad", "--digests", tmp_path / "d.json", script)
+    assert done.returncode == 0, done.stderr[-2000:]
+    steps = json.loads((tmp_path / "d.json").read_text())["steps"]
+    table = [next((v for k, v in step.items() if "/table/" in k), None) for step in steps]
+    # at the first call (the model is built within it), then after each of the four steps, each digested once
+    assert len(steps) == 5 and table[1] == table[2] != table[3] != table[4]
+
+
+TWO_STEPS = """
+a = tf.Variable(tf.ones([4]), name="a")
+b = tf.Variable(tf.ones([3]), name="b")
+
+
+@tf.function
+def train_a(x):  # a GAN's two steps, say: the patch (from a trace of the first call) names an op of this one only
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.math.unsorted_segment_sum(a * x, [0, 1, 0, 1], 2, name="pooled") ** 2)
+    a.assign_sub(0.1 * tape.gradient(loss, a))
+
+
+@tf.function
+def train_b(x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.nn.bias_add(x, b) ** 2)
+    b.assign_sub(0.1 * tape.gradient(loss, b))
+
+
+for k in range(2):
+    train_a(tf.ones([4]))
+    train_b(tf.ones([2, 3]))
+"""
+
+
+def test_run_patches_each_step_with_the_ops_it_has_and_names_those_no_step_had(tmp_path):
+    """A script that trains two steps: the patch's op is in the first only, so the second runs as it is (it was
+    refused with 128); an op id that no step had is named once at the end, and the training still ends."""
+    script = write_script(tmp_path, "two_steps", TWO_STEPS)
+    both = opbisect("run", "--patch", "pooled", "--digests", tmp_path / "d.json", script)
+    assert both.returncode == 0, both.stderr[-2000:]
+    assert [line.split()[1] for line in said(both)] == ["final"]  # no warning: every named op was replaced
+    assert len(json.loads((tmp_path / "d.json").read_text())["steps"]) == 5
+    extra = opbisect("run", "--patch", "pooled,elsewhere/pooled", script)
+    assert extra.returncode == 0 and len(said(extra)) == 2 and "elsewhere/pooled" in said(extra)[0]
+
+
 HID_AT_FIRST = """
 calls = [0]
 VARY = set(range(1, 6)) | set(range(30, 10**6))  # the plain pass's five calls vary, then only from call 30 on

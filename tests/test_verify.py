@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 import opbisect
+from opbisect.errors import LacksPatchedOps
 from opbisect.patches import PATCHES, Patch
 from opbisect.record.verification import CPU_REFERENCE, GLOBAL, PATCHED, PLAIN
 from opbisect.settings import VerifySettings
@@ -261,6 +262,93 @@ def test_deterministic_on_a_keras_model_patches_fit_in_every_form(tmp_path, jit)
         "ResourceScatterSub", "SparseSoftmaxCrossEntropyWithLogits"]
     for a, b in zip(plain.get_weights(), fixed.get_weights()):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+
+
+def _keras_line(name: str):
+    import importlib
+
+    return importlib.import_module(name)
+
+
+def _two_phases(keras, patch: str | None):
+    """Transfer learning as the tutorials write it: the base frozen, fit; thawed, compiled again with another
+    optimizer, fit again. The model, its embedding after the first phase, and the ops each phase replaced."""
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    base = keras.Sequential([keras.layers.Embedding(100, 8), keras.layers.GlobalAveragePooling1D()])
+    model = keras.Sequential([base, keras.layers.Dense(4)])
+    x, y = rng.integers(0, 100, (256, 16)).astype("int32"), rng.integers(0, 4, (256,)).astype("int32")
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    replaced, frozen = [], []
+    base.trainable = False
+    for optimizer in (keras.optimizers.SGD(0.1), keras.optimizers.Adam(0.05)):
+        model.compile(optimizer=optimizer, loss=loss)
+        if patch and not hasattr(model, "opbisect_patched"):
+            opbisect.deterministic(model, patch)
+        model.fit(x, y, batch_size=64, shuffle=False, verbose=0)
+        replaced.append(list(model.opbisect_patched.replaced) if patch else [])
+        frozen.append(base.get_weights()[0].copy())
+        base.trainable = True
+    return model, frozen[0], replaced
+
+
+@pytest.mark.parametrize("line", ["keras", "tf_keras"])
+def test_a_model_compiled_again_is_patched_again_so_it_trains_what_keras_would(line):
+    """compile() again (layers thawed, another optimizer): Keras traces its train step again, and so must the patch;
+    a patched step kept from the first compile would leave the thawed embedding untrained, with the former SGD."""
+    keras = _keras_line(line)
+    plain, frozen, _ = _two_phases(keras, None)
+    fixed, _, replaced = _two_phases(keras, "BiasAddGrad")
+    assert [len(ops) for ops in replaced] == [1, 1]  # the Dense layer's bias gradient, in each phase's step
+    assert np.abs(plain.layers[0].get_weights()[0] - frozen).max() > 1e-3  # the second phase trains the embedding
+    for a, b in zip(plain.get_weights(), fixed.get_weights()):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+    assert len(fixed.optimizer.variables) == len(plain.optimizer.variables)  # Adam's slots, not SGD's
+
+
+def _embedding_sgd(keras, patch: str):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Embedding(50, 4), keras.layers.GlobalAveragePooling1D()])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    opbisect.deterministic(model, patch)
+    model.fit(np.arange(32).reshape(8, 4) % 50, np.zeros((8, 4), "float32"), verbose=0)
+    return model
+
+
+@pytest.mark.parametrize("line", ["keras", "tf_keras"])
+def test_a_step_compiled_again_without_an_op_the_patch_names_is_trained_and_warns(line):
+    """The patch names SGD's sparse update by op id; compiled again with Adam, the step has no such op: the training
+    goes on (with Adam, as Keras would), and a warning names what the patch was made for."""
+    keras = _keras_line(line)
+    sgd = _embedding_sgd(keras, "ResourceScatterSub,ResourceScatterAdd").opbisect_patched.replaced
+    model = _embedding_sgd(keras, ",".join(sgd))  # by op id: another model's, matched across renumbered scopes
+    assert len(sgd) == 1 and len(model.opbisect_patched.replaced) == 1
+    model.compile(optimizer=keras.optimizers.Adam(0.1), loss="mse")
+    with pytest.warns(LacksPatchedOps):
+        model.fit(np.arange(32).reshape(8, 4) % 50, np.zeros((8, 4), "float32"), verbose=0)
+    assert model.opbisect_patched.replaced == [] and model.opbisect_patched.lacking == set(sgd)
+    assert int(model.optimizer.iterations.numpy()) == 1  # Adam's first step: trained, not refused
+
+
+@pytest.mark.parametrize("line", ["keras", "tf_keras"])
+def test_a_patched_model_saved_and_loaded_resumes_to_the_same_bits(tmp_path, line):
+    """A month of training is checkpointed: the patched model saves as any model does, and one loaded back and
+    patched again takes the next step to the bits the uninterrupted model reaches."""
+    keras = _keras_line(line)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    opbisect.deterministic(model, "BiasAddGrad")
+    x, y = np.random.default_rng(0).standard_normal((2, 16, 3), dtype="float32")[0], np.ones((16, 2), "float32")
+    model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+    model.save(tmp_path / "m.keras")
+    tf.saved_model.save(model, str(tmp_path / "saved"))
+    loaded = opbisect.deterministic(keras.models.load_model(tmp_path / "m.keras"), "BiasAddGrad")
+    for resumed in (model, loaded):
+        resumed.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+    assert len(loaded.opbisect_patched.replaced) == 2
+    for a, b in zip(model.get_weights() + model.optimizer.variables, loaded.get_weights() + loaded.optimizer.variables):
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
 
 
 def test_sources_that_are_not_an_ops_own_variation_are_listed_not_patched(tmp_path, noise_traced):

@@ -116,10 +116,11 @@ def choose(graph, spec: str) -> Choice:
 
 
 def _loose(op: str) -> str:
-    """An op id with the numbers Keras and TensorFlow append to scope names dropped (`sgd_1/x` -> `sgd/x`); the
-    op's own last name stays, since it is unique within its scope."""
+    """An op id with the numbers Keras and TensorFlow append to scope names dropped (`sgd_1/x` -> `sgd/x`; Keras 3
+    appends one more within a train step: `sequential_4_1/dense_1/x` -> `sequential/dense/x`); the op's own last
+    name stays, since it is unique within its scope."""
     parts = re.split(r"(/|::)", op)
-    return "".join(re.sub(r"_\d+$", "", p) for p in parts[:-1]) + parts[-1]
+    return "".join(re.sub(r"(_\d+)+$", "", p) for p in parts[:-1]) + parts[-1]
 
 
 def _renumbered(graph, missing: list[str]) -> dict[str, str]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from pathlib import Path
 
 from .. import tfcompat
-from ..errors import UsageError
+from ..errors import LacksPatchedOps, UsageError
 from ..graphdef.importer import step_importer
 from ..graphdef.roundtrip import step_function
 from .rewrite import rewrite
@@ -67,13 +68,19 @@ def _trace(function, args: tuple, name: str):
 
 
 class PatchedCallable:
-    """A callable like the step: on each new argument signature, trace, patch, and keep the patched step."""
+    """A callable like the step: on each new argument signature, trace, patch, and keep the patched step.
 
-    def __init__(self, function, patch: str, name: str):
-        self.function, self.patch, self.name = function, patch, name
+    Ops the patch names that a step lacks are warned of and left, since a script may train several steps (a model
+    compiled again with another optimizer, a GAN's two steps) and a patch made from one names some ops only it
+    has; `lacking` keeps them. `strict`: a step that has none of the named ops is refused instead (a patch made
+    for another script or another version of it: one line, 128)."""
+
+    def __init__(self, function, patch: str, name: str, strict: bool = True):
+        self.function, self.patch, self.name, self.strict = function, patch, name, strict
         self.steps: dict = {}
         self.replaced: list[str] = []
         self.skipped: dict[str, str] = {}
+        self.lacking: set[str] = set()
 
     def _for(self, args: tuple):
         import tensorflow as tf
@@ -84,7 +91,7 @@ class PatchedCallable:
                     for t in tf.nest.flatten(args))
         if key not in self.steps:
             trace = _trace(self.function, args, self.name)
-            step = PatchedStep(trace, choose(trace.graph, self.patch))
+            step = PatchedStep(trace, self._chosen(choose(trace.graph, self.patch)))
             self.steps[key] = step
             self.replaced, self.skipped = step.replaced, step.skipped
             if step.skipped:
@@ -92,6 +99,23 @@ class PatchedCallable:
                 warnings.warn(f"opbisect.deterministic left {len(step.skipped)} op(s) as they are, e.g. {op}: {why} "
                               f"(a family switch must be set before TensorFlow starts)", stacklevel=3)
         return self.steps[key]
+
+    def _chosen(self, choice: Choice) -> Choice:
+        """The choice a PatchedStep takes: with the ops this step lacks warned of and dropped, unless it is
+        strict and has none (PatchedStep refuses those)."""
+        if not choice.unmatched or (self.strict and not choice.ops):
+            return choice
+        self.lacking.update(choice.unmatched)
+        warnings.warn(f"opbisect.deterministic: the {self.name} step lacks {len(choice.unmatched)} of the op(s) the "
+                      f"patch names, e.g. {choice.unmatched[0]}: the {len(choice.ops)} it has are patched (a patch "
+                      f"made from another step of the script, or a model compiled again)", LacksPatchedOps,
+                      stacklevel=4)
+        return dataclasses.replace(choice, unmatched=[])
+
+    @property
+    def used(self) -> bool:
+        """Whether a step has been traced and patched (a train function made around it)."""
+        return bool(self.steps)
 
     def __call__(self, *args):
         return self._for(args)(*args)
