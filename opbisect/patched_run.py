@@ -25,7 +25,7 @@ from .deterministic import deterministic
 from .errors import LacksPatchedOps, UsageError
 from .execute import digest
 from .settings import RunSettings
-from .targets.intercept import hooked, trains
+from .targets.intercept import Point, function_name, hooked, trains
 from .targets.script import ScriptStop
 
 
@@ -36,40 +36,49 @@ class StepsDone(ScriptStop):
 class PatchHooks:
     """Every training step of the script gets the ops `spec` names replaced (opbisect.deterministic; nothing where
     `spec` is empty): each Keras model before its train function is made, each custom loop's step at its first
-    call. After each call of a training step, the state it trains is digested where `steps` or `keep` asks."""
+    call. From the training call `at` names on (the first by default: the one a patch of `fix --at` was made for),
+    the state is digested at that call and after each step where `steps` or `keep` asks."""
 
-    def __init__(self, spec: str, steps: int = 0, keep: bool = False):
-        self.spec, self.limit, self.keep = spec, steps, keep
+    def __init__(self, spec: str, steps: int = 0, keep: bool = False, at: str = ""):
+        self.spec, self.limit, self.keep, self.at = spec, steps, keep, Point.parse(at)
+        self.reached = self.at.kind == "any"  # steps before the point run patched, neither digested nor counted
+        self.fits, self.calls = 0, 0
         self.steps: dict[int, Any] = {}  # id(tf.function) -> its patched form (or itself), None: trains not
         self.busy = False  # patching a step traces it, fit runs Keras' functions: their calls are not steps
         self.models: dict[int, Any] = {}  # id -> each Keras model the script trained
         self.variables: dict[int, list] = {}  # id(tf.function) -> the variables each training step reads
         self.digests: list[dict[str, str]] = []  # per variable: at the first training call, then after each step
+        self.calls_of: list[str] = []  # for each digest, the training step it was taken at (as --at names its call)
         self.replaced: set[str] = set()  # ops replaced in any step
         self.patched: dict[int, Any] = {}  # id -> each patched step that ran (a model's, anew after each compile)
 
     # -- Keras: the train function fit and train_on_batch run --------------------------------------------------
     def make_train_function(self, model, make, args, kwargs):
+        self.fits += 1
+        self.reached = self.reached or self.at.is_fit(self.fits)
         if self.spec and getattr(model, "opbisect_patched", None) is None:
             deterministic(model, self.spec, strict=self._first())
         made = make(model, *args, **kwargs)
         function = made if made is not None else model.train_function  # tf_keras returns it, Keras 3 sets it
+        if getattr(function, "opbisect_call", None):  # made before, by an earlier fit: counted already
+            return function
         self.steps[id(function)] = None  # fit's loop around the patched train step: its graph is not the step's
         self.models[id(model)] = model
         # the optimizer's slots may appear at the first call (tf_keras makes them as it traces): read each time
-        model.train_function = self._counted(function, lambda: _model_variables(model), model)
+        model.train_function = self._counted(function, lambda: _model_variables(model), model, f"fit:{self.fits}")
         return model.train_function
 
-    def _counted(self, function, variables, owner):
+    def _counted(self, function, variables, owner, call: str):
         def train_function(*args, **kwargs):
-            self._before(variables())
+            self._before(variables(), call)
             self.busy = True  # Keras 3's train function is Python around its own tf.functions: not the script's steps
             try:
                 out = function(*args, **kwargs)
             finally:
                 self.busy = False
-            self._after(variables(), owner)
+            self._after(variables(), owner, call)
             return out
+        train_function.opbisect_call = call  # the training call that made it: `--at` reaches its step there
         return train_function
 
     # -- a custom loop: a tf.function that computes gradients and writes variables -------------------------------
@@ -84,13 +93,16 @@ class PatchHooks:
         step = self.steps[key]
         if step is None:
             return call()
-        self._before(self.variables[key])
+        self.calls += 1
+        name = function_name(function)
+        self.reached = self.reached or self.at.is_call(self.calls, name)
+        self._before(self.variables[key], f"step:{name}")
         self.busy = True
         try:
             out = step(*args) if step is not function else call()
         finally:
             self.busy = False
-        self._after(self.variables[key], step)
+        self._after(self.variables[key], step, f"step:{name}")
         return out
 
     def _judged(self, function, args):
@@ -108,21 +120,26 @@ class PatchHooks:
 
     def _first(self) -> bool:
         """Whether no training step was patched before: only the first has to have some of the patch's ops (one
-        with none was made for another script: one line, 128); later ones may be other steps of this script."""
-        return not (self.models or self.variables)
+        with none was made for another script: one line, 128); later ones may be other steps of this script, and
+        so may every step where `--at` says the patch was made for a later one."""
+        return not (self.models or self.variables) and self.at.kind == "any"
 
     # -- the state, step by step ---------------------------------------------------------------------------
-    def _before(self, variables: list) -> None:
-        if not self.digests and (self.keep or self.limit):
-            self.digests.append(digest.per_variable(variables))  # the state at the first training call
+    def _before(self, variables: list, call: str) -> None:
+        if self.reached and not self.digests and (self.keep or self.limit):
+            self.digests.append(digest.per_variable(variables))  # the state at the training call `at` names
+            self.calls_of.append(call)
 
-    def _after(self, variables: list, step) -> None:
+    def _after(self, variables: list, step, call: str) -> None:
         patched = getattr(step, "opbisect_patched", step)
         self.replaced.update(getattr(patched, "replaced", []) or [])
         if hasattr(patched, "lacking"):
             self.patched[id(patched)] = patched
+        if not self.reached:
+            return
         if self.keep or self.limit:
             self.digests.append(digest.per_variable(variables))
+            self.calls_of.append(call)
         if self.limit and len(self.digests) > self.limit:
             raise StepsDone()
 
@@ -184,7 +201,7 @@ def run(settings: RunSettings, echo=lambda line: print(line, file=sys.stderr)) -
     settings.validate()
     runner = ScriptRunner(settings.script, settings.script_args)
     check_patch(settings.patch)
-    hooks = PatchHooks(settings.patch, settings.steps, keep=settings.digests != Path())
+    hooks = PatchHooks(settings.patch, settings.steps, keep=settings.digests != Path(), at=settings.at)
     seeds = pinned({KERAS}, int(settings.seed)) if settings.seed else contextlib.nullcontext()
     code = 0
     with importable(settings.script), warnings.catch_warnings():
@@ -200,7 +217,7 @@ def run(settings: RunSettings, echo=lambda line: print(line, file=sys.stderr)) -
     for line in _said(settings, hooks, code):
         echo(line)
     if settings.digests != Path():
-        _write(settings.digests, hooks.digests)
+        _write(settings.digests, {"steps": hooks.digests, "calls": hooks.calls_of})
     return code
 
 
@@ -223,9 +240,9 @@ def _said(settings: RunSettings, hooks: PatchHooks, code: int) -> list[str]:
     return out
 
 
-def _write(path: Path, digests: list[dict]) -> None:
+def _write(path: Path, digests: dict) -> None:
     try:
-        Path(path).write_text(json.dumps({"steps": digests}))
+        Path(path).write_text(json.dumps(digests))
     except OSError as exc:
         from .errors import ReportWriteError
 

@@ -321,6 +321,7 @@ class RunSettings(Settings):
     digests: Path = option(Path(), "write a digest of every variable at the first training call and after every "
                                    "step to this JSON file (two runs' files compare step by step)")
     device: str = _device()
+    at: str = _at()  # fix passes its own: steps are counted and digested from the call its patch was made for
     script_args: tuple = _script_args()
 
     def validate(self) -> None:

@@ -210,6 +210,30 @@ def test_fix_and_verify_summaries_match_their_gold_files(view):
     assert said == gold.read_text(), f"{view}'s summary changed: look at it, then OPBISECT_UPDATE_GOLD=1 pytest ..."
 
 
+@pytest.mark.parametrize("calls, apart_call, next_at", [
+    (["fit:1", "fit:2"], "fit:2", "fit:2"),  # parted in the fine-tuning phase, which the fix never traced
+    (["fit:1", "fit:2"], "fit:1", None),  # in the step it analysed: no other fix to run
+    (["step:train_a", "step:train_b"], "step:train_b", "step:train_b"),
+    ([], "", None),  # the target contract's probe: one step
+])
+def test_a_users_test_that_parts_in_a_step_the_fix_did_not_trace_says_which_fix_to_run(calls, apart_call, next_at):
+    import dataclasses
+    import shlex
+
+    from opbisect.report import fix_view
+
+    fix, _ = literal_fix()
+    fix = dataclasses.replace(fix, script_args=["--epochs", "2"], test=dataclasses.replace(
+        fix.test, agreed=False, first_apart=9, apart=["base/embeddings"], calls=calls, apart_call=apart_call))
+    said = fix_view.answer(fix)
+    nexts = [shlex.split(line.split("next:")[1].split("   (")[0]) for line in said if line.startswith("  next:")]
+    assert "exit 1" in said[0] and len(nexts) == (next_at is not None)
+    if next_at:
+        command = nexts[0]
+        assert command[:3] == ["opbisect", "fix", "train.py"] and command[command.index("--at") + 1] == next_at
+        assert command[command.index("--out") + 1] != "reports" and command[-3:] == ["--", "--epochs", "2"]
+
+
 def test_drawings_are_reproducible_svg():
     record = literal_record()
     graph = OpGraph.from_json(record.graph)

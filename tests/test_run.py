@@ -297,6 +297,49 @@ def test_run_patches_each_step_with_the_ops_it_has_and_names_those_no_step_had(t
     assert extra.returncode == 0 and len(said(extra)) == 2 and "elsewhere/pooled" in said(extra)[0]
 
 
+def test_run_at_a_later_step_counts_and_digests_from_it_and_takes_a_patch_made_for_it(tmp_path):
+    """`fix --at step:train_b` makes a patch of train_b's ops, which train_a (called first) lacks: with the same
+    `--at`, run takes it, and its --steps and --digests start at train_b's first call, as fix's user's test needs."""
+    script = write_script(tmp_path, "two_steps", TWO_STEPS)
+    first = opbisect("run", "--steps", "1", "--digests", tmp_path / "a.json", script)
+    later = opbisect("run", "--at", "step:train_b", "--steps", "2", "--digests", tmp_path / "b.json", script)
+    assert first.returncode == later.returncode == 0, later.stderr[-2000:]
+    at_a, after_a = json.loads((tmp_path / "a.json").read_text())["steps"]  # each digests the variables it trains
+    written = json.loads((tmp_path / "b.json").read_text())  # at train_b's call, after it, after train_a's 2nd
+    steps = written["steps"]
+    assert written["calls"] == ["step:train_b", "step:train_b", "step:train_a"]  # what fix's next `--at` reads
+    assert [sorted(step) for step in steps] == [["b"], ["b"], ["a"]] and [sorted(at_a), sorted(after_a)] == [["a"]] * 2
+    assert steps[0]["b"] != steps[1]["b"] and steps[2]["a"] not in (at_a["a"], after_a["a"])
+    assert opbisect("run", "--patch", "pooled", "--at", "step:train_b", script).returncode == 0
+    assert opbisect("run", "--at", "fit:x", script).returncode == 128
+
+
+FIT_AGAIN = """
+import keras
+
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+model.compile(optimizer="sgd", loss="mse")
+x, y = np.ones((16, 3), "float32"), np.zeros((16, 2), "float32")
+for epoch in range(3):
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)  # two steps a call, one train function for all
+model.compile(optimizer="sgd", loss="mse")  # a second training call's own train function
+for i in range(2):
+    model.train_on_batch(x[:8], y[:8])
+"""
+
+
+@pytest.mark.parametrize("line", ["keras", "tf_keras"])
+def test_run_counts_each_step_once_however_often_fit_is_called(tmp_path, line):
+    """fit called in a loop returns the train function it made before: it was counted again at every call (3 calls
+    of fit: 22 digests for 8 steps), so --steps stopped early and fix's user's test compared fewer steps."""
+    script = write_script(tmp_path, "fit_again", FIT_AGAIN.replace("import keras", f"import {line} as keras"))
+    done = opbisect("run", "--digests", tmp_path / "d.json", script)
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = json.loads((tmp_path / "d.json").read_text())
+    assert len(written["steps"]) == 9 and written["calls"] == ["fit:1"] * 7 + ["fit:4"] * 2
+
+
 HID_AT_FIRST = """
 calls = [0]
 VARY = set(range(1, 6)) | set(range(30, 10**6))  # the plain pass's five calls vary, then only from call 30 on

@@ -59,6 +59,8 @@ class FixDriver:
             plan = decision.plan
         verification = self.verify() if plan.ops else None
         rec = decide.recommendation(plan, verification, str(self.final / FIX_CSV_NAME), decision.stop)
+        if rec is not None and rec.patch:  # its patch was made for that call: run takes it so
+            rec = dataclasses.replace(rec, at=self.settings.at)
         fix = Fix(script=str(self.settings.script), script_path=str(self.settings.script.resolve()), form=self.form,
                   rounds=self.rounds, stopped=decision.stop.name, why=decision.why, switches=list(plan.switches),
                   verify=f"verify/{self.settings.script.stem}-verify" if verification else "",
@@ -145,23 +147,26 @@ class FixDriver:
         return proc, cmd, out
 
 
-def _run_digests(path: Path) -> list[dict]:
-    return json.loads(Path(path).read_text())["steps"]
+def _run_digests(path: Path) -> tuple[list[dict], list[str]]:
+    """A run's digests, and the training call (as `--at` names it) each was taken in."""
+    written = json.loads(Path(path).read_text())
+    return written["steps"], written["calls"]
 
 
-def _probe_digests(path: Path) -> list[dict]:
+def _probe_digests(path: Path) -> tuple[list[dict], list[str]]:
     probe = store.load_probe(path)
-    return [probe.initial, *probe.after]
+    return [probe.initial, *probe.after], []
 
 
 def _compared(command: str, steps: int, runs: list, read) -> UserTest:
-    digests, failed = [], ""
+    digests, calls, failed = [], [], ""
     for proc, cmd, out in runs:
         done = children.finish(proc, cmd)
         if done.returncode != 0 or not Path(out).is_file():
             failed = failed or children.failure(done.returncode, done.stderr, "a run").args[0]
             continue
-        digests.append(read(out))
+        steps_of, calls = read(out)
+        digests.append(steps_of)
     ran = [len(d) - 1 for d in digests]
     if not failed and any(not d for d in digests):
         failed = "the script made no training call"
@@ -170,4 +175,6 @@ def _compared(command: str, steps: int, runs: list, read) -> UserTest:
     apart = first_apart(*digests)
     return UserTest(command=command, steps=steps, ran=ran, agreed=apart is None and ran[0] == ran[1],
                     first_apart=apart[0] if apart else None, apart=apart[1] if apart else [],
-                    final=[combined({k: str(v) for k, v in d[-1].items()}) for d in digests])
+                    final=[combined({k: str(v) for k, v in d[-1].items()}) for d in digests],
+                    calls=sorted(set(calls), key=calls.index),
+                    apart_call=calls[apart[0]] if apart and apart[0] < len(calls) else "")

@@ -146,6 +146,7 @@ def keep_lines(rec: Recommendation, form: str) -> list[str]:
                      f"(tf_keras: tf.keras.utils.set_random_seed)")
     if rec.patch:
         name = "model" if form in ("keras", "fit") else "step"
+        when = f"before training call {rec.at}, which the patch was made for" if rec.at else "before training"
         lines += ["import opbisect",
-                  f'{name} = opbisect.deterministic({name}, "{rec.patch}")  # after {name} is built, before training']
+                  f'{name} = opbisect.deterministic({name}, "{rec.patch}")  # after {name} is built, {when}']
     return lines

@@ -40,11 +40,13 @@ class Recommendation:
     seed: str = ""  # keras.utils.set_random_seed's seed, "" where none is needed
     env: dict[str, str] = dataclasses.field(default_factory=dict)  # set before Python starts
     ratio: float | None = None  # the step's cost against the plain step, by verify
+    at: str = ""  # the training call the patch was made for (fix --at), "" for the first
 
     def command(self, script: str, args: list[str]) -> str:
         """The `opbisect run` command line that applies it."""
         env = [f"{k}={v}" for k, v in sorted(self.env.items())]
         flags = (["--patch", self.patch] if self.patch else []) + (["--seed", self.seed] if self.seed else [])
+        flags += ["--at", self.at] if self.patch and self.at else []
         tail = ["--", *args] if args else []
         return shlex.join([*env, "opbisect", "run", *flags, script, *tail])
 
@@ -61,6 +63,12 @@ class UserTest:
     apart: list[str] = dataclasses.field(default_factory=list)  # the variables that differ there
     final: list[str] = dataclasses.field(default_factory=list)  # each run's last digest of every variable
     error: str = ""  # a run that failed: why
+    calls: list[str] = dataclasses.field(default_factory=list)  # the training steps it ran, as `--at` reaches each
+    apart_call: str = ""  # the one in which the runs part ("" where they agree, or for the target contract)
+
+    def parts_elsewhere(self) -> bool:
+        """Whether the runs part in a later training step than the one the fix analysed (its first)."""
+        return bool(self.calls and self.apart_call and self.apart_call != self.calls[0])
 
 
 @dataclasses.dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from pathlib import Path
 
 from ..record import store
@@ -25,11 +26,22 @@ def answer(fix: Fix) -> list[str]:
         return [head + f"no configuration found, exit 1: the rounds ended because {fix.why}"]
     command = rec.command(fix.script, fix.script_args)
     if test is None or not test.agreed:
-        return [head + f"NOT reproducible, exit 1: {_apart(test)}", f"  tried: {command}"]
+        out = [head + f"NOT reproducible, exit 1: {_apart(test)}", f"  tried: {command}"]
+        if test is not None and test.parts_elsewhere():  # a step this fix never traced: trace it
+            out.append(f"  next: {_fix_at(fix, test.apart_call)}   (the runs part in training call "
+                       f"{test.apart_call}, which this fix did not analyse)")
+        return out
     what = describe(rec)
     steps = f"{test.ran[0]} training steps" if test.steps else "the whole script"
     return [head + f"reproducible {what}, exit 0: two fresh runs agree bit for bit through {steps}",
             f"  run it so: {command}"]
+
+
+def _fix_at(fix: Fix, call: str) -> str:
+    """The fix of another training call of the script, into a folder of its own (one --out holds one fix)."""
+    tail = ["--", *fix.script_args] if fix.script_args else []
+    return shlex.join(["opbisect", "fix", fix.script, "--at", call, "--out", f"reports/at-{call.replace(':', '-')}",
+                       *tail])
 
 
 def describe(rec: Recommendation) -> str:

@@ -48,6 +48,15 @@ class Point:
     index: int = 1
     name: str = ""
 
+    def is_fit(self, fits: int) -> bool:
+        """Whether the `fits`-th Keras training call is the point."""
+        return self.kind == "any" or (self.kind == "fit" and fits == self.index)
+
+    def is_call(self, calls: int, name: str) -> bool:
+        """Whether the `calls`-th call of a training step, of the tf.function `name`, is the point."""
+        return (self.kind == "any" or (self.kind == "call" and calls == self.index)
+                or (self.kind == "step" and name == self.name))
+
     @classmethod
     def parse(cls, spec: str) -> "Point":
         if not spec:
@@ -150,7 +159,7 @@ class _Hooks:
     def train_function(self, model):
         """The train function to run in place of the model's on this fit or train_on_batch call, or None."""
         self.fits += 1
-        if self.at.kind not in ("any", "fit") or (self.at.kind == "fit" and self.fits != self.at.index):
+        if not self.at.is_fit(self.fits):
             return None
 
         def first_call(iterator, *rest):
@@ -174,11 +183,8 @@ class _Hooks:
         if not self._is_training_step(function, args, kwargs):
             return call()
         self.calls += 1
-        name = getattr(function, "__name__", "") or getattr(getattr(function, "_python_function", None),
-                                                            "__name__", "")
-        chosen = (self.at.kind == "any" or (self.at.kind == "call" and self.calls == self.at.index)
-                  or (self.at.kind == "step" and name == self.at.name))
-        if not chosen:
+        name = function_name(function)
+        if not self.at.is_call(self.calls, name):
             return call()
         caught = self.caught("step", function=function, calls=[(args, kwargs)], name=name)
         if self.steps == 1:
@@ -195,6 +201,11 @@ class _Hooks:
                 return False
             self.judged[key] = trains(graph)
         return self.judged[key]
+
+
+def function_name(function) -> str:
+    """A tf.function's name, as `--at step:NAME` gives it."""
+    return getattr(function, "__name__", "") or getattr(getattr(function, "_python_function", None), "__name__", "")
 
 
 def trains(graph) -> bool:
