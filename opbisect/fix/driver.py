@@ -176,5 +176,5 @@ def _compared(command: str, steps: int, runs: list, read) -> UserTest:
     return UserTest(command=command, steps=steps, ran=ran, agreed=apart is None and ran[0] == ran[1],
                     first_apart=apart[0] if apart else None, apart=apart[1] if apart else [],
                     final=[combined({k: str(v) for k, v in d[-1].items()}) for d in digests],
-                    calls=sorted(set(calls), key=calls.index),
+                    calls=list(dict.fromkeys(calls)),
                     apart_call=calls[apart[0]] if apart and apart[0] < len(calls) else "")
