@@ -1,8 +1,9 @@
 """The cost of the fresh-process check: a whole `opbisect trace` with it (the default) against the same trace with
-`--no-fresh-check`, wall times of fresh processes side by side in one run (in turn, so a drift of the machine's speed
-falls on both), on the shipped examples whose two fresh processes agree (where they differ, the check goes on to its
-experiment, which is the answer, not overhead). With `--false-positives N`, each seeded twin of examples/fresh/ is
-traced N more times: none may say its fresh processes differ.
+`--no-fresh-check`, and the check's probe alone (`--no-script-check`: without the script's two more runs that a
+deterministic step's verdict now ends on), wall times of fresh processes side by side in one run (in turn, so a
+drift of the machine's speed falls on both), on the shipped examples whose two fresh processes agree (where they
+differ, the check goes on to its experiment, which is the answer, not overhead). With `--false-positives N`, each
+seeded twin of examples/fresh/ is traced N more times: none may say its fresh processes (or its runs) differ.
 
     .venv/bin/python benchmarks/fresh_check.py [--repeats 3] [--false-positives 20]
 """
@@ -48,15 +49,18 @@ def cost(repeats: int) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for script, args in EXAMPLES.items():
-            checked, unchecked, apart = [], [], False
+            checked, probed, unchecked, apart, ran = [], [], [], False, False
             for _ in range(repeats):
                 seconds, fresh = trace(script, args, tmp)
                 checked.append(seconds)
                 apart = apart or bool(fresh.get("init") or fresh.get("batches"))
+                ran = ran or fresh.get("script") is not None
+                probed.append(trace(script, args, tmp, "--no-script-check")[0])
                 unchecked.append(trace(script, args, tmp, "--no-fresh-check")[0])
-            rows.append({"script": script, "without": statistics.median(unchecked),
-                         "with": statistics.median(checked), "apart": apart})
-            print(f"{script}: {rows[-1]['without']:.1f} s -> {rows[-1]['with']:.1f} s", file=sys.stderr)
+            rows.append({"script": script, "without": statistics.median(unchecked), "probe": statistics.median(probed),
+                         "with": statistics.median(checked), "apart": apart, "script_runs": ran})
+            print(f"{script}: {rows[-1]['without']:.1f} s -> {rows[-1]['probe']:.1f} s -> {rows[-1]['with']:.1f} s",
+                  file=sys.stderr)
     return rows
 
 
@@ -64,20 +68,24 @@ def false_positives(runs: int) -> dict[str, int]:
     said = {}
     with tempfile.TemporaryDirectory() as tmp:
         for script, flag in TWINS.items():
-            said[script] = sum(bool(fresh.get("init") or fresh.get("batches") or fresh.get("first_differing_step"))
+            said[script] = sum(bool(fresh.get("init") or fresh.get("batches") or fresh.get("first_differing_step")
+                                    or (fresh.get("script") or {"agreed": True})["agreed"] is False)
                                for fresh in (trace(script, [flag], tmp)[1] for _ in range(runs)))
             print(f"{script} {flag}: {said[script]} of {runs} said apart", file=sys.stderr)
     return said
 
 
 def table(rows: list[dict], repeats: int) -> None:
-    print("| example | trace --no-fresh-check (s) | trace (s) | ratio |\n| --- | --- | --- | --- |")
+    print("| example | --no-fresh-check (s) | --no-script-check (s) | ratio | trace (s) | ratio | the script's runs |\n"
+          "| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     for r in rows:
         note = " (processes apart: the experiment ran)" if r["apart"] else ""
-        print(f"| {r['script']} | {r['without']:.1f} | {r['with']:.1f} | {r['with'] / r['without']:.2f}x{note} |")
-    ratios = [r["with"] / r["without"] for r in rows if not r["apart"]]
-    print(f"\nmedian of {repeats} each, in turn; ratio over the examples whose processes agree: "
-          f"{min(ratios):.2f}-{max(ratios):.2f}x, median {statistics.median(ratios):.2f}x")
+        print(f"| {r['script']} | {r['without']:.1f} | {r['probe']:.1f} | {r['probe'] / r['without']:.2f}x | "
+              f"{r['with']:.1f} | {r['with'] / r['without']:.2f}x | {'ran' if r['script_runs'] else '-'}{note} |")
+    for key, what in (("probe", "the probe alone (--no-script-check)"), ("with", "the default trace")):
+        ratios = [r[key] / r["without"] for r in rows if not r["apart"]]
+        print(f"\n{what} / --no-fresh-check, median of {repeats} each, in turn, over the examples whose processes "
+              f"agree: {min(ratios):.2f}-{max(ratios):.2f}x, median {statistics.median(ratios):.2f}x")
 
 
 def main(argv: list[str]) -> int:

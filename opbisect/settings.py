@@ -73,6 +73,11 @@ def _seed():
                       "Python's random, NumPy, TensorFlow and Keras (the script's own seeding still runs)")
 
 
+def _check_steps():
+    return option(10, "the user's test: two fresh runs of the script (`opbisect run`), side by side, compared after "
+                      "each of their first K training steps (default 10; 0: each run to the script's end)", minimum=0)
+
+
 def _check_seed(seed: str) -> None:
     from .errors import UsageError
 
@@ -194,6 +199,10 @@ class TraceSettings(StepOptions):
     fresh: bool = option(True, "do not bring the script to its training call in a second fresh process (the fresh-"
                                "process check: your own test of two runs, on every variable, batch and step result)",
                          flag="--no-fresh-check")
+    script_check: bool = option(True, "where the step comes out deterministic, do not run the script twice more, "
+                                      "side by side, to compare their first --check-steps training steps (your own "
+                                      "test, past the training call analysed here)", flag="--no-script-check")
+    check_steps: int = _check_steps()
     seed: str = _seed()
     probe: Path = option(Path(), "child of the fresh-process check: write the probe here and stop", hidden=True)
     pins: str = option("", "child of the fresh-process check: the sources of randomness to pin", hidden=True)
@@ -293,9 +302,7 @@ class FixSettings(StepOptions):
     timing_runs: int = option(20, "steps of each variant timed in the final verify (default 20)", minimum=0)
     cpu_reference: str = _cpu_reference()
     out: Path = option(Path("reports"), "folder that receives <script>-fix/ (default reports/)")
-    check_steps: int = option(10, "the user's test at the end: two fresh runs of the script with the fix applied "
-                                  "(`opbisect run`), compared after each of their first K training steps (default "
-                                  "10; 0: each run to the script's end)", minimum=0)
+    check_steps: int = _check_steps()
     processes: int = option(1, "each round's trace in this many fresh processes, compared op by op (trace "
                                "--processes)", minimum=1)
     progress: bool = option(True, "no line per round", flag="--no-progress")

@@ -78,6 +78,8 @@ def test_fix_ends_on_the_users_test_and_its_command_prints_one_digest(tmp_path, 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     fix = json.loads((tmp_path / f"{name}-fix" / "fix.json").read_text())
     assert fix["rounds"][0]["cause"] == CASES[name][2] and fix["test"]["agreed"]
+    rounds = [json.loads((tmp_path / f"{name}-fix" / r["report"] / "record.json").read_text()) for r in fix["rounds"]]
+    assert all(r["fresh"]["script"] is None for r in rounds)  # the fix ends on its own test: its rounds run none
     words = shlex.split(fix["recommendation"] and done.stdout.splitlines()[1].split("run it so: ", 1)[1])
     env = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
     argv = [w for w in words if w not in {f"{k}={v}" for k, v in env.items()}]
@@ -88,6 +90,41 @@ def test_fix_ends_on_the_users_test_and_its_command_prints_one_digest(tmp_path, 
         assert ran.returncode == 0, ran.stderr[-2000:]
         printed.append(ran.stdout.split()[-1])  # the script's own `final weights` digest
     assert printed[0] == printed[1]
+
+
+def test_runs_that_part_in_a_later_training_call_make_the_trace_say_so_and_where_to_look(tmp_path):
+    """The first fit starts alike and gives one result; a head put on after it, unseeded, does not: the user's two
+    runs differ, so trace must not say 0. Its next command traces that call and names the cause."""
+    script = EXAMPLES / "fresh" / "new_head.py"
+    assert digest(script) != digest(script)  # the oracle: two fresh runs differ
+    done = opbisect("trace", script, "--runs", "3", "--no-progress", "--no-replay", "--out", tmp_path / "first")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads((tmp_path / "first" / "new_head" / "record.json").read_text())
+    fresh_check, runs = record["fresh"], record["fresh"]["script"]
+    assert not fresh_check["init"] and not fresh_check["batches"]  # the analysed call starts alike
+    assert (runs["first_apart"], runs["apart_call"], runs["calls"], runs["ran"]) == (9, "fit:2", ["fit:1", "fit:2"],
+                                                                                      [10, 10])
+    check_answer(tmp_path / "first" / "new_head", "fresh_new_head")
+    following = shlex.split(done.stdout.split("next: ", 1)[1].splitlines()[0])
+    assert following[1:] == ["trace", str(script), "--at", "fit:2"]
+    again = opbisect(*following[1:], "--runs", "3", "--no-progress", "--no-replay", "--out", tmp_path / "second")
+    assert again.returncode == 1, again.stdout[-3000:] + again.stderr[-3000:]
+    second = json.loads((tmp_path / "second" / "new_head" / "record.json").read_text())
+    assert second["fresh"]["init"] and second["fresh"]["cause"]["sources"] == ["python"]  # the head's initializer
+
+
+def test_runs_that_agree_through_both_calls_leave_exit_0_and_no_script_check_runs_none(tmp_path):
+    script = EXAMPLES / "fresh" / "new_head.py"
+    assert digest(script, "--seeded") == digest(script, "--seeded")
+    done = opbisect("trace", script, "--runs", "3", "--no-progress", "--no-replay", "--out", tmp_path, "--",
+                    "--seeded")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    runs = json.loads((tmp_path / "new_head" / "record.json").read_text())["fresh"]["script"]
+    assert runs["agreed"] and runs["calls"] == ["fit:1", "fit:2"] and runs["ran"] == [10, 10]
+    unchecked = opbisect("trace", script, "--runs", "3", "--no-progress", "--no-replay", "--no-script-check",
+                         "--out", tmp_path / "unchecked")
+    assert unchecked.returncode == 0  # as before the script's runs: the call analysed alone
+    assert json.loads((tmp_path / "unchecked" / "new_head" / "record.json").read_text())["fresh"]["script"] is None
 
 
 # -- the decisions, on planted probes ---------------------------------------------------------------------------

@@ -234,6 +234,38 @@ def test_a_users_test_that_parts_in_a_step_the_fix_did_not_trace_says_which_fix_
         assert command[command.index("--out") + 1] != "reports" and command[-3:] == ["--", "--epochs", "2"]
 
 
+@pytest.mark.parametrize("calls, apart_call, next_words", [
+    (["fit:1", "fit:2"], "fit:2", ["--at", "fit:2"]),  # a later training call: trace that one
+    (["fit:1"], "fit:1", ["--steps", "9", "--runs", "12"]),  # the call analysed, past its step: a longer trace
+    (["step:train_a", "step:train_b"], "step:train_b", ["--at", "step:train_b"]),
+])
+def test_a_deterministic_step_whose_script_runs_part_is_exit_1_with_where_to_look(calls, apart_call, next_words):
+    """trace's exit 0 must hold for the user's two runs: where the script's two more runs part, the verdict is 1 and
+    the answer says where, in every view, with the next command."""
+    import shlex
+
+    from opbisect.analysis import facts as decided
+    from opbisect.execute.fresh import merged
+    from opbisect.record.model import FreshCheck, UserTest
+    from opbisect.report import answer, text
+
+    record = literal_record()
+    record = dataclasses.replace(record, sources=[], facts=dataclasses.replace(
+        record.facts, verdict=decided.Verdict(nondeterministic=False, exit_code=0, evidence=[], rate_bound=0.63)))
+    runs = UserTest(command="opbisect run --steps 10 model_step.py", steps=10, ran=[10, 10], agreed=False,
+                    first_apart=9, apart=["w"], calls=calls, apart_call=apart_call)
+    checked = merged(record, FreshCheck(hash_seed="unset", init=[], batches=[], first_differing_step=None, steps=1,
+                                        script=runs))
+    said = answer.answer(checked)
+    assert (said.exit_code, checked.facts.verdict.exit_code) == (1, 1)
+    assert shlex.split(said.next)[:3] == ["opbisect", "trace", "model_step.py"] and shlex.split(said.next)[3:] == \
+        next_words
+    assert any("apart after step 9" in line for line in text.lines(checked))
+    agreed = merged(record, FreshCheck(hash_seed="unset", init=[], batches=[], first_differing_step=None, steps=1,
+                                       script=dataclasses.replace(runs, agreed=True, first_apart=None, apart=[])))
+    assert answer.answer(agreed).exit_code == 0 and agreed.facts.verdict.exit_code == 0
+
+
 def test_drawings_are_reproducible_svg():
     record = literal_record()
     graph = OpGraph.from_json(record.graph)

@@ -170,14 +170,13 @@ def test_the_users_two_runs_side_by_side_each_take_gpu_memory_as_they_need_it(tm
     """On the H200 the two runs of the user's test ran side by side, each TensorFlow took the whole GPU, and the
     second ran out of memory: each child takes memory as it needs it (unless the user set it otherwise)."""
     from opbisect.execute import children
-    from opbisect.fix.driver import FixDriver
-    from opbisect.record.fixing import Recommendation
+    from opbisect.execute.usertest import UserTestRuns
     from opbisect.settings import FixSettings
 
     started = []
     monkeypatch.setattr(children, "start", lambda cmd, env, **kw: started.append(env) or None)
     monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
-    driver = FixDriver(FixSettings(script=write_script(tmp_path, "s", NOISE_STEP)), tmp_path, tmp_path)
-    driver.intercepted = True
-    driver._started(Recommendation("seeded", seed="7", env={"PYTHONHASHSEED": "7"}), 1)
-    assert started[0]["TF_FORCE_GPU_ALLOW_GROWTH"] == "true" and started[0]["PYTHONHASHSEED"] == "7"
+    settings = FixSettings(script=write_script(tmp_path, "s", NOISE_STEP))
+    UserTestRuns.started(settings, tmp_path, True, seed="7", env={"PYTHONHASHSEED": "7"})
+    assert len(started) == 2 and all(env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true" and env["PYTHONHASHSEED"] == "7"
+                                     for env in started)

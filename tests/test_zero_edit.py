@@ -97,14 +97,20 @@ if __name__ == "__main__":
 def test_training_stops_at_the_intercept_and_the_scripts_output_is_kept(tmp_path):
     script = write_script(tmp_path, "loop", STOPPED)
     marker = tmp_path / "trained"
-    done = _opbisect("trace", script, "--runs", "3", "--steps", "2", "--no-progress", "--out", tmp_path / "r", "--",
-                     "5", marker)
+    done = _opbisect("trace", script, "--runs", "3", "--steps", "2", "--no-progress", "--out", tmp_path / "r",
+                     "--no-script-check", "--", "5", marker)
     assert done.returncode == 0, done.stderr[-2000:]
     assert not marker.exists()  # the script's training did not run on
     folder = tmp_path / "r" / "loop"
     intercepted = json.loads((folder / "record.json").read_text())["meta"]["intercepted"]
     assert (intercepted["kind"], intercepted["name"], intercepted["steps"]) == ("step", "train_step", 2)
     assert "starting ['5'" in (folder / "script_output.txt").read_text()
+    # by default the step's deterministic verdict ends on two more runs of the script, as `python` runs it: these
+    # 5 steps are fewer than --check-steps, so they run to the script's end, and write what it writes
+    checked = _opbisect("trace", script, "--runs", "3", "--no-progress", "--out", tmp_path / "c", "--", "5", marker)
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    runs = json.loads((tmp_path / "c" / "loop" / "record.json").read_text())["fresh"]["script"]
+    assert runs["agreed"] and runs["ran"] == [5, 5] and runs["calls"] == ["step:train_step"] and marker.exists()
 
 
 def test_processes_run_the_script_to_the_same_call_in_each(tmp_path):
@@ -112,7 +118,7 @@ def test_processes_run_the_script_to_the_same_call_in_each(tmp_path):
     script = write_script(tmp_path, "loop", STOPPED)
     marker = tmp_path / "trained"
     done = _opbisect("trace", script, "--runs", "2", "--processes", "2", "--no-progress", "--out", tmp_path / "r",
-                     "--", "5", marker)
+                     "--no-script-check", "--", "5", marker)
     assert done.returncode == 0, done.stderr[-2000:]
     assert not marker.exists()
     record = json.loads((tmp_path / "r" / "loop" / "record.json").read_text())

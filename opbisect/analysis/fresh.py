@@ -179,4 +179,10 @@ def evidence(fresh: FreshCheck) -> str:
     if fresh.first_differing_step:
         return (f"two fresh processes, from the same state and batches, differ after step "
                 f"{fresh.first_differing_step}")
+    if fresh.script_apart:
+        t = fresh.script
+        where = f" (in {t.apart_call})" if t.apart_call else ""
+        ran = " and ".join(map(str, t.ran))
+        return (f"two fresh runs of the script part after training step {t.first_apart}{where}"
+                if t.first_apart is not None else f"two fresh runs of the script ran {ran} steps")
     return ""

@@ -6,7 +6,11 @@ source of randomness behind it.
         record, files = experiment(settings)    user's environment (an unset PYTHONHASHSEED stays unset)
         record = fresh.checked(record)          its probe against this process's; where the state or the batches
                                                 differ, pairs of fresh probes, each pair with sources pinned
-                                                (ir/randomness.py), until a pair agrees
+                                                (ir/randomness.py), until a pair agrees; where this process
+                                                found the step deterministic and the probes agree, two more
+                                                fresh runs of the script (execute/usertest.py), started before
+                                                the probe is awaited, through --check-steps steps: the user's
+                                                test past the training call analysed (a later fit, a phase)
     probe(settings)                             in the child: the step prepared (the script run to its training
                                                 call), one plain run; its probe file
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -30,6 +35,9 @@ from . import children
 from .digest import combined, value_digest
 
 FIRST = "a"  # the second fresh process's probe file (this process is the first)
+# A machine with this many cores runs the script's two more runs beside the experiment (which keeps about two busy,
+# the probe's child one): on fewer, measured on 2 cores, they slowed both verdicts more than running them after did
+SPARE_CORES = 6
 
 
 class FreshRun:
@@ -43,9 +51,17 @@ class FreshRun:
         self._tmp = store.temporary("opbisect-fresh-")
         self.folder = Path(self._tmp.__enter__())
         self.first = self._start([], FIRST)
+        self.early = None
+        if self.settings.script_check and (os.cpu_count() or 1) >= SPARE_CORES:  # beside the experiment, not after
+            from .usertest import UserTestRuns
+
+            self.early = UserTestRuns.started(self.settings, self.folder, True, patch=self.settings.patch,
+                                              seed=self.settings.seed)
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.early is not None:  # ended, read or not (a failure before its verdict leaves them running)
+            self.early.stopped()
         for proc in self.running:
             if proc.poll() is None:
                 children.end(proc)
@@ -82,9 +98,12 @@ class FreshRun:
     def checked(self, record: Record) -> Record:
         """The record with the check's facts, its sources and its verdict."""
         hash_seed = os.environ.get("PYTHONHASHSEED", "unset")
+        script = self._script_runs(record)  # started before the probe is awaited: the two overlap
         try:
             other = self._probe(self.first, "the fresh-process check's second process")
         except children.ChildFailed as exc:
+            if script:
+                script.stopped()
             if exc.exit_code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
                 raise
             failed = FreshCheck(hash_seed=hash_seed, init=[], batches=[], first_differing_step=None, steps=0,
@@ -94,7 +113,25 @@ class FreshRun:
         if check.init or check.batches:
             check.cause = self.cause(bool(check.init))
             check.set_sites = decide.set_sites(self.settings.script) if "hash" in check.cause.sources else []
+        if script and check.apart:  # found at the training call: the runs past it would add nothing
+            script.stopped()
+        elif script:
+            check.script = script.compared(_run_command(self.settings))
         return merged(record, check)
+
+    def _script_runs(self, record: Record):
+        """The user's test past the call analysed, where this process found the step deterministic: two more fresh
+        runs of a script that trains (not the target contract, whose step the probes compare)."""
+        s = self.settings
+        if record.facts.verdict.nondeterministic or not s.script_check or not record.meta.intercepted:
+            if self.early is not None:
+                self.early.stopped()
+            return None
+        if self.early is not None:
+            return self.early
+        from .usertest import UserTestRuns
+
+        return UserTestRuns.started(s, self.folder, True, patch=s.patch, seed=s.seed)
 
     def cause(self, state_differs: bool):
         """Pairs of fresh probes, each pair with one set of sources pinned, until a pair agrees."""
@@ -107,6 +144,16 @@ class FreshRun:
             if agreed[-1]:
                 break
         return decide.cause_of(tried, agreed)
+
+
+def _run_command(settings) -> str:
+    """What each of the script's two more runs was, as a command the user can run."""
+    flags = [*(["--patch", settings.patch] if settings.patch else []), *(["--seed", settings.seed] if settings.seed
+                                                                          else []),
+             *(["--steps", str(settings.check_steps)] if settings.check_steps else []),
+             *(["--at", settings.at] if settings.at else [])]
+    args = ["--", *settings.script_args] if settings.script_args else []
+    return shlex.join(["opbisect", "run", *flags, str(settings.script), *args])
 
 
 def merged(record: Record, check: FreshCheck) -> Record:

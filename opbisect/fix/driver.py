@@ -15,7 +15,6 @@ Every child keeps the protocol of execute/children.py; each writes its record in
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from pathlib import Path
@@ -23,14 +22,14 @@ from pathlib import Path
 import pandas as pd
 
 from ..execute import children
-from ..execute.digest import combined, first_apart
+from ..execute.usertest import UserTestRuns
 from ..patches.selection import FIX_CSV_NAME
 from ..record import store
 from ..record.fixing import Fix, Recommendation, Round, UserTest
 from ..record.model import CSV_COLUMNS, Record
 from ..record.verification import Verification
 from ..report.fix_view import round_line
-from ..settings import FixSettings, RunSettings, TraceSettings, VerifySettings, shared
+from ..settings import FixSettings, TraceSettings, VerifySettings, shared
 from . import plan as decide
 
 
@@ -74,7 +73,7 @@ class FixDriver:
         """The round's trace: the fix's own options, each round's by `shared`, and what the plan applies."""
         return shared(self.settings, TraceSettings, out=self.staging / f"round{plan.number}",
                       max_runs=self.settings.round_max_runs(), progress=False, html=False, seed=plan.seed,
-                      patch=str(self.patch_csv) if plan.ops else "")
+                      patch=str(self.patch_csv) if plan.ops else "", script_check=False)  # the fix ends on its own
 
     def trace_round(self, plan: decide.RoundPlan) -> Record:
         began = time.time()
@@ -125,56 +124,8 @@ class FixDriver:
         s = self.settings
         steps = "each to its end" if not s.check_steps else f"{s.check_steps} training steps each"
         self.say(f"the user's test: two fresh runs of {s.script.name} with the fix, {steps}")
-        runs = [self._started(rec, i) for i in (1, 2)]
+        runs = UserTestRuns.started(s, self.staging, self.intercepted, patch=str(self.patch_csv) if rec.patch else "",
+                                    seed=rec.seed, env=rec.env)
         if self.intercepted:
-            return _compared(rec.command(str(s.script), list(s.script_args)), s.check_steps, runs, _run_digests)
-        said = "two fresh processes of the target contract's step with the fix applied"
-        return _compared(said, s.check_steps, runs, _probe_digests)
-
-    def _started(self, rec: Recommendation, i: int) -> tuple:
-        s, out = self.settings, self.staging / f"check{i}.json"
-        patch = str(self.patch_csv) if rec.patch else ""
-        if self.intercepted:
-            command = "run", shared(s, RunSettings, patch=patch, seed=rec.seed, steps=s.check_steps, digests=out)
-        else:
-            command = "trace", shared(s, TraceSettings, patch=patch, seed=rec.seed, steps=max(1, s.check_steps),
-                                      probe=out, fresh=False, progress=False, out=self.staging / f"check{i}")
-        cmd = children.command_line(command[0], command[1].to_argv())
-        # side by side on one GPU: each takes memory as it needs it (TensorFlow takes the whole GPU otherwise, and
-        # the second ran out of it on the H200); where memory is put changes no bit
-        env = {"TF_FORCE_GPU_ALLOW_GROWTH": "true", **os.environ, **rec.env}
-        proc = children.start(cmd, env, stdout=children.PIPE, stderr=children.PIPE)
-        return proc, cmd, out
-
-
-def _run_digests(path: Path) -> tuple[list[dict], list[str]]:
-    """A run's digests, and the training call (as `--at` names it) each was taken in."""
-    written = json.loads(Path(path).read_text())
-    return written["steps"], written["calls"]
-
-
-def _probe_digests(path: Path) -> tuple[list[dict], list[str]]:
-    probe = store.load_probe(path)
-    return [probe.initial, *probe.after], []
-
-
-def _compared(command: str, steps: int, runs: list, read) -> UserTest:
-    digests, calls, failed = [], [], ""
-    for proc, cmd, out in runs:
-        done = children.finish(proc, cmd)
-        if done.returncode != 0 or not Path(out).is_file():
-            failed = failed or children.failure(done.returncode, done.stderr, "a run").args[0]
-            continue
-        steps_of, calls = read(out)
-        digests.append(steps_of)
-    ran = [len(d) - 1 for d in digests]
-    if not failed and any(not d for d in digests):
-        failed = "the script made no training call"
-    if failed or len(digests) < 2:
-        return UserTest(command=command, steps=steps, ran=ran, agreed=False, error=failed)
-    apart = first_apart(*digests)
-    return UserTest(command=command, steps=steps, ran=ran, agreed=apart is None and ran[0] == ran[1],
-                    first_apart=apart[0] if apart else None, apart=apart[1] if apart else [],
-                    final=[combined({k: str(v) for k, v in d[-1].items()}) for d in digests],
-                    calls=list(dict.fromkeys(calls)),
-                    apart_call=calls[apart[0]] if apart and apart[0] < len(calls) else "")
+            return runs.compared(rec.command(str(s.script), list(s.script_args)))
+        return runs.compared("two fresh processes of the target contract's step with the fix applied")

@@ -9,6 +9,7 @@ import dataclasses
 import shlex
 
 from ..errors import EXIT_CLEAN, EXIT_FOUND
+from .model import UserTest  # noqa: F401  (a fix's record holds it; trace's does too)
 
 FIX_VERSION = 2  # 2: the user's test, the recommendation as data, each round's seed and environment
 AS_WRITTEN = "as written"  # the recommendation where the script was reproducible before any change
@@ -49,26 +50,6 @@ class Recommendation:
         flags += ["--at", self.at] if self.patch and self.at else []
         tail = ["--", *args] if args else []
         return shlex.join([*env, "opbisect", "run", *flags, script, *tail])
-
-
-@dataclasses.dataclass
-class UserTest:
-    """Two fresh runs of the script with the recommendation applied (`opbisect run`), compared after every step."""
-
-    command: str  # the command each ran
-    steps: int  # the training steps each ran (calls of the train function or step; 0: to the script's end)
-    ran: list[int]  # the steps each run digested
-    agreed: bool
-    first_apart: int | None = None  # the step after which they differ (0: at the training call)
-    apart: list[str] = dataclasses.field(default_factory=list)  # the variables that differ there
-    final: list[str] = dataclasses.field(default_factory=list)  # each run's last digest of every variable
-    error: str = ""  # a run that failed: why
-    calls: list[str] = dataclasses.field(default_factory=list)  # the training steps it ran, as `--at` reaches each
-    apart_call: str = ""  # the one in which the runs part ("" where they agree, or for the target contract)
-
-    def parts_elsewhere(self) -> bool:
-        """Whether the runs part in a later training step than the one the fix analysed (its first)."""
-        return bool(self.calls and self.apart_call and self.apart_call != self.calls[0])
 
 
 @dataclasses.dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-RECORD_VERSION = 8  # 8: the fresh-process check (`fresh`), sources' `detail`
+RECORD_VERSION = 9  # 8: the fresh-process check (`fresh`), sources' `detail`; 9: its `script` runs
 
 
 @dataclasses.dataclass
@@ -242,6 +242,26 @@ class Cause:
 
 
 @dataclasses.dataclass
+class UserTest:
+    """Two fresh runs of the script with the recommendation applied (`opbisect run`), compared after every step."""
+
+    command: str  # the command each ran
+    steps: int  # the training steps each ran (calls of the train function or step; 0: to the script's end)
+    ran: list[int]  # the steps each run digested
+    agreed: bool
+    first_apart: int | None = None  # the step after which they differ (0: at the training call)
+    apart: list[str] = dataclasses.field(default_factory=list)  # the variables that differ there
+    final: list[str] = dataclasses.field(default_factory=list)  # each run's last digest of every variable
+    error: str = ""  # a run that failed: why
+    calls: list[str] = dataclasses.field(default_factory=list)  # the training steps it ran, as `--at` reaches each
+    apart_call: str = ""  # the one in which the runs part ("" where they agree, or for the target contract)
+
+    def parts_elsewhere(self) -> bool:
+        """Whether the runs part in a later training step than the one the fix analysed (its first)."""
+        return bool(self.calls and self.apart_call and self.apart_call != self.calls[0])
+
+
+@dataclasses.dataclass
 class FreshCheck:
     """The user's own test, at the training call: this process and a second fresh one, each running the script to
     it, compared on everything the step reads (every variable, the batches) and on the step's results."""
@@ -255,10 +275,17 @@ class FreshCheck:
     created: dict[str, Made] = dataclasses.field(default_factory=dict)  # a differing variable -> where it was made
     set_sites: list[str] = dataclasses.field(default_factory=list)  # where the script iterates a `set` (file:line)
     error: str = ""  # the second process gave no probe: why (the verdict is this process's alone)
+    script: UserTest | None = None  # where the step came out deterministic: two more fresh runs of the script, past
+    #                                 the training call analysed (None: not run, or the target contract)
 
     @property
     def apart(self) -> bool:
-        return bool(self.init or self.batches or self.first_differing_step)
+        return bool(self.init or self.batches or self.first_differing_step or self.script_apart)
+
+    @property
+    def script_apart(self) -> bool:
+        """Whether the script's two more runs part (a run that failed tells nothing)."""
+        return bool(self.script and not self.script.error and not self.script.agreed)
 
 
 @dataclasses.dataclass

@@ -12,6 +12,7 @@ import dataclasses
 import shlex
 
 from ..analysis.sources import patchable, replaceable
+from ..errors import EXIT_FOUND
 from ..record.model import Record, Source
 from ..words import listed
 
@@ -73,9 +74,28 @@ def answer(record: Record) -> Answer:
                       f"{fresh.first_differing_step}: an op gives other results in another process (cuDNN "
                       f"autotuning, a graph built in hash order).", "",
                       command(record, "trace", "--processes", "2"))
+    if fresh is not None and fresh.script_apart:
+        return _script_apart(record, verdict)
     looked = record.meta.looked_harder
     return Answer(verdict, v.exit_code, f"The step varies ({'; '.join(v.evidence)}), but no op could be named.", "",
                   "" if looked else command(record, "trace", "--max-runs", str(4 * record.meta.runs)))
+
+
+def _script_apart(record: Record, verdict: str) -> Answer:
+    """The step analysed gives one result, but two more fresh runs of the script part: in a later training call (a
+    second fit, a phase compiled again), the next trace is of that call; in the one analysed, at a later step or
+    more rarely than these runs could see, a longer trace."""
+    t = record.fresh.script
+    analysed = t.calls[0] if t.calls else "the training call"
+    what = f"Your two runs start alike, and {record.runs} runs of {analysed} give one result, but two fresh runs of " \
+           f"the script part after training step {t.first_apart}"
+    if t.parts_elsewhere():
+        return Answer(verdict, EXIT_FOUND, f"{what}, in {t.apart_call}: a training call this trace did not analyse.",
+                      "", command(record, "trace", "--at", t.apart_call))
+    steps = max(t.first_apart or 1, record.meta.steps)
+    return Answer(verdict, EXIT_FOUND, f"{what}: the step varies past step {record.meta.steps} or more rarely than "
+                  f"{record.runs} runs show.", "",
+                  command(record, "trace", "--steps", str(steps), "--runs", str(4 * record.runs)))
 
 
 def _clean(record: Record) -> str:
@@ -84,7 +104,13 @@ def _clean(record: Record) -> str:
     both = "Two fresh runs of your script start the training call alike, and " if fresh and not fresh.error else ""
     bound = (f" (a difference firing in over {100 * v.rate_bound:.0f}% of runs is ruled out at 95%)"
              if v.rate_bound is not None else "")
-    return f"{both}{record.runs} runs of the step from one state give one result{bound}."
+    script = fresh.script if fresh else None
+    past = ""
+    if script and script.agreed:
+        calls = f" ({', '.join(script.calls)})" if len(script.calls) > 1 else ""
+        end = ", to its end" if not script.steps or script.ran[0] < script.steps else ""
+        past = f" Two more fresh runs of the script agree through {script.ran[0]} training step(s){calls}{end}."
+    return f"{both}{record.runs} runs of the step from one state give one result{bound}.{past}"
 
 
 def _apart(record: Record) -> str:

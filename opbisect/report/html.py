@@ -152,8 +152,10 @@ def _fresh(record: Record) -> str:
                        for t, ok in zip(f.cause.tried, f.cause.agreed))
         tried = ("<p>The cause, by experiment: a pair of fresh processes for each set of sources pinned, until a pair "
                  f"agreed.</p><table><tr><th>pinned</th><th>the pair</th></tr>{rows}</table>")
+    script = "".join(f'<p data-script-apart="{str(f.script_apart).lower()}">{escape(line)}</p>'
+                     for line in text.script_lines(f.script))
     return f'<section id="fresh"><h2>Two fresh processes</h2><p data-apart="{str(f.apart).lower()}">{said}</p>' \
-           f"{tried}</section>"
+           f"{tried}{script}</section>"
 
 
 def _files(record: Record) -> str:

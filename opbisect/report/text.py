@@ -246,7 +246,23 @@ def fresh_lines(record: Record) -> list[str]:
         tried = "; ".join(f"{'+'.join(t)}: {'agree' if ok else 'differ'}" for t, ok in zip(f.cause.tried,
                                                                                           f.cause.agreed))
         cause = f"; the cause, by experiment (pairs of fresh processes, sources pinned: {tried})"
-    return [head + said + cause]
+    return [head + said + cause] + script_lines(f.script)
+
+
+def script_lines(t) -> list[str]:
+    """The script's two more fresh runs, where the step came out deterministic (the user's test past the call)."""
+    if t is None:
+        return []
+    head = f"two more fresh runs of the script ({t.command}): "
+    if t.error:
+        return [f"note: {head}could not compare: {t.error}"]
+    calls = f" ({', '.join(t.calls)})" if t.calls else ""
+    if t.agreed:
+        return [f"{head}every variable alike after each of {t.ran[0]} training steps{calls}"]
+    at = f"after step {t.first_apart}" + (f" in {t.apart_call}" if t.apart_call else "")
+    apart = f"{at} ({len(t.apart)} variable(s): {listed(t.apart)})" if t.first_apart is not None else \
+        f"after {' and '.join(map(str, t.ran))} steps"
+    return [f"{head}apart {apart}"]
 
 
 def lines(record: Record, folder: Path | None = None) -> list[str]:
