@@ -115,9 +115,14 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return verify.run_verify(VerifySettings.from_namespace(args))
     if args.command == "run":
+        from .execute.children import leave_now
         from .patched_run import run
 
-        return run(RunSettings.from_namespace(args))
+        settings = RunSettings.from_namespace(args)
+        code = run(settings)
+        if settings.digests != Path():  # a run of the user's test (fix's, trace's): its parent waits on its exit
+            leave_now(code)
+        return code
     if args.command == "fix":
         from .fix import run_fix
 
