@@ -25,7 +25,7 @@ from .deterministic import deterministic
 from .errors import LacksPatchedOps, UsageError
 from .execute import digest
 from .settings import RunSettings
-from .targets.intercept import Point, function_name, hooked, trains
+from .targets.intercept import Point, TrainingCalls, function_name, hooked, trains
 from .targets.script import ScriptStop
 
 
@@ -42,7 +42,7 @@ class PatchHooks:
     def __init__(self, spec: str, steps: int = 0, keep: bool = False, at: str = ""):
         self.spec, self.limit, self.keep, self.at = spec, steps, keep, Point.parse(at)
         self.reached = self.at.kind == "any"  # steps before the point run patched, neither digested nor counted
-        self.fits, self.calls = 0, 0
+        self.counted = TrainingCalls(self.at)
         self.steps: dict[int, Any] = {}  # id(tf.function) -> its patched form (or itself), None: trains not
         self.busy = False  # patching a step traces it, fit runs Keras' functions: their calls are not steps
         self.models: dict[int, Any] = {}  # id -> each Keras model the script trained
@@ -54,8 +54,7 @@ class PatchHooks:
 
     # -- Keras: the train function fit and train_on_batch run --------------------------------------------------
     def make_train_function(self, model, make, args, kwargs):
-        self.fits += 1
-        self.reached = self.reached or self.at.is_fit(self.fits)
+        self.reached = self.counted.fit() or self.reached
         if self.spec and getattr(model, "opbisect_patched", None) is None:
             deterministic(model, self.spec, strict=self._first())
         made = make(model, *args, **kwargs)
@@ -65,7 +64,8 @@ class PatchHooks:
         self.steps[id(function)] = None  # fit's loop around the patched train step: its graph is not the step's
         self.models[id(model)] = model
         # the optimizer's slots may appear at the first call (tf_keras makes them as it traces): read each time
-        model.train_function = self._counted(function, lambda: _model_variables(model), model, f"fit:{self.fits}")
+        call = f"fit:{self.counted.fits}"
+        model.train_function = self._counted(function, lambda: _model_variables(model), model, call)
         return model.train_function
 
     def _counted(self, function, variables, owner, call: str):
@@ -93,9 +93,8 @@ class PatchHooks:
         step = self.steps[key]
         if step is None:
             return call()
-        self.calls += 1
         name = function_name(function)
-        self.reached = self.reached or self.at.is_call(self.calls, name)
+        self.reached = self.counted.call(name) or self.reached
         self._before(self.variables[key], f"step:{name}")
         self.busy = True
         try:

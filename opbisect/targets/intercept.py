@@ -70,6 +70,27 @@ class Point:
 
 
 @dataclasses.dataclass
+class TrainingCalls:
+    """The script's training calls as `--at` counts them: each Keras fit or train_on_batch (each make_train_function
+    call) and each call of a training step. One counter for the intercept and for `opbisect run`, so the call a
+    trace analysed is the call run digests from."""
+
+    at: Point
+    fits: int = 0
+    calls: int = 0
+
+    def fit(self) -> bool:
+        """A Keras training call begins: whether it is the point."""
+        self.fits += 1
+        return self.at.is_fit(self.fits)
+
+    def call(self, name: str) -> bool:
+        """A training step is called (the tf.function `name`): whether it is the point."""
+        self.calls += 1
+        return self.at.is_call(self.calls, name)
+
+
+@dataclasses.dataclass
 class Caught:
     """What the intercept took."""
 
@@ -132,7 +153,7 @@ class _Hooks:
 
     def __init__(self, path: Path, at: Point, steps: int, started: float, output: io.StringIO):
         self.path, self.at, self.steps, self.started, self.output = Path(path).resolve(), at, steps, started, output
-        self.fits = self.calls = 0
+        self.counted = TrainingCalls(at)
         self.judged: dict[int, bool] = {}  # id(tf.function) -> whether it is a training step
         self.taking: Caught | None = None  # a custom loop's step while its next calls are recorded
         self.saved: list = []  # the state at the first call taken: (variable, value)
@@ -158,8 +179,7 @@ class _Hooks:
 
     def train_function(self, model):
         """The train function to run in place of the model's on this fit or train_on_batch call, or None."""
-        self.fits += 1
-        if not self.at.is_fit(self.fits):
+        if not self.counted.fit():
             return None
 
         def first_call(iterator, *rest):
@@ -182,9 +202,8 @@ class _Hooks:
             return call()
         if not self._is_training_step(function, args, kwargs):
             return call()
-        self.calls += 1
         name = function_name(function)
-        if not self.at.is_call(self.calls, name):
+        if not self.counted.call(name):
             return call()
         caught = self.caught("step", function=function, calls=[(args, kwargs)], name=name)
         if self.steps == 1:
