@@ -223,7 +223,7 @@ def test_a_users_test_that_parts_in_a_step_the_fix_did_not_trace_says_which_fix_
     from opbisect.report import fix_view
 
     fix, _ = literal_fix()
-    fix = dataclasses.replace(fix, script_args=["--epochs", "2"], test=dataclasses.replace(
+    fix = dataclasses.replace(fix, script_args=["--epochs", "2"], out="runs/first", test=dataclasses.replace(
         fix.test, agreed=False, first_apart=9, apart=["base/embeddings"], calls=calls, apart_call=apart_call))
     said = fix_view.answer(fix)
     nexts = [shlex.split(line.split("next:")[1].split("   (")[0]) for line in said if line.startswith("  next:")]
@@ -231,7 +231,9 @@ def test_a_users_test_that_parts_in_a_step_the_fix_did_not_trace_says_which_fix_
     if next_at:
         command = nexts[0]
         assert command[:3] == ["opbisect", "fix", "train.py"] and command[command.index("--at") + 1] == next_at
-        assert command[command.index("--out") + 1] != "reports" and command[-3:] == ["--", "--epochs", "2"]
+        # beside the first fix (one --out holds one fix)
+        assert command[command.index("--out") + 1] == f"runs/first/at-{next_at.replace(':', '-')}"
+        assert command[-3:] == ["--", "--epochs", "2"]
 
 
 @pytest.mark.parametrize("calls, apart_call, next_words", [

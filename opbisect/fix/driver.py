@@ -64,7 +64,7 @@ class FixDriver:
                   rounds=self.rounds, stopped=decision.stop.name, why=decision.why, switches=list(plan.switches),
                   verify=f"verify/{self.settings.script.stem}-verify" if verification else "",
                   recommendation=rec, lines=self.causes + decide.keep_lines(rec, self.form) if rec else [],
-                  script_args=list(self.settings.script_args))
+                  script_args=list(self.settings.script_args), out=str(self.settings.out))
         if rec is not None:
             fix.test = self.user_test(rec)
         return fix, verification

@@ -66,6 +66,7 @@ class Fix:
     lines: list[str] = dataclasses.field(default_factory=list)  # what to put in the training script
     test: UserTest | None = None  # the user's test on the recommendation
     script_args: list[str] = dataclasses.field(default_factory=list)
+    out: str = ""  # the --out it was written under (the fix of another call goes beside it)
     version: int = FIX_VERSION
 
     @property

@@ -40,8 +40,8 @@ def answer(fix: Fix) -> list[str]:
 def _fix_at(fix: Fix, call: str) -> str:
     """The fix of another training call of the script, into a folder of its own (one --out holds one fix)."""
     tail = ["--", *fix.script_args] if fix.script_args else []
-    return shlex.join(["opbisect", "fix", fix.script, "--at", call, "--out", f"reports/at-{call.replace(':', '-')}",
-                       *tail])
+    out = Path(fix.out or "reports") / f"at-{call.replace(':', '-')}"  # beside the first fix's folder
+    return shlex.join(["opbisect", "fix", fix.script, "--at", call, "--out", str(out), *tail])
 
 
 def describe(rec: Recommendation) -> str:
