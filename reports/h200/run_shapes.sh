@@ -10,6 +10,8 @@
 #                                             # head, the sweep but the cross-entropy, BERT-base mixed, the 128k head
 #   bash reports/h200/run_shapes.sh profiles  # where capture's and BERT-base mixed's time goes, the fingerprint
 #                                             # kernel's forms, the combine kernels, the XLA candidate, the sweep
+#   bash reports/h200/run_shapes.sh capture   # the side's first half alone, for a lease of 15 minutes: the check,
+#                                             # capture timed both ways twice
 #   bash reports/h200/run_shapes.sh side      # the digests on a second stream: checked bit for bit, then capture
 #                                             # timed both ways twice and profiled; then the sweep (--copies), each
 #                                             # row over 1.05x profiled (its device time and launches)
@@ -55,6 +57,12 @@ case $PHASE in
             # the candidate on branch xla-ranked-fixed-sum, checked out beside (git archive into branch-xla/)
             [ -d branch-xla ] && run xla_segment_sum 300 bash -c "cd branch-xla && python3 benchmarks/xla_segment_sum.py"
             run sweep 900 python3 benchmarks/patch_sweep.py --device gpu --json "$R/sweep.json" --plot "$R/sweep.png" ;;
+  capture) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"  # a short lease
+           run check_side_stream 300 python3 benchmarks/check_side_stream.py --calls 5
+           for n in 1 2; do
+             OPBISECT_BERT=base run "capture_side_$n" 400 python3 benchmarks/capture_overhead.py --device gpu \
+               --repeats 30 --runs 2 --fingerprints fused,fused-side --side-groups 96,512
+           done ;;
   side) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
         run check_side_stream 300 python3 benchmarks/check_side_stream.py
         OPBISECT_BERT=base run check_side_stream_base 300 python3 benchmarks/check_side_stream.py --calls 5
