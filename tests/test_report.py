@@ -171,6 +171,19 @@ def test_the_answer_sends_to_fix_only_what_fix_can_apply(op_type, kind, fixes, m
     assert said.do == "fix the Python function" or op_type != "PyFunc"
 
 
+def test_the_next_command_stays_at_the_training_call_the_trace_analysed():
+    """A trace of `--at fit:2` that names a scatter sends to the fix of that call, not of the first (whose answer
+    would only send back here); a trace of the first call adds nothing."""
+    from opbisect.report import answer
+
+    record = literal_record()
+    record.sources[0] = dataclasses.replace(record.sources[0], op_type="ResourceScatterSub", kind="op")
+    assert answer.answer(record).next == "opbisect fix model_step.py"
+    record.meta.intercepted = {"kind": "fit", "at": "fit:2"}
+    record.meta.script_args = ["--epochs", "2"]
+    assert answer.answer(record).next == "opbisect fix model_step.py --at fit:2 -- --epochs 2"
+
+
 def literal_fix():
     """A fix of two rounds (an init cause pinned by experiment, then a race patched) whose user's test agreed, and
     the verify behind its recommendation."""

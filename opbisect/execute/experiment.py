@@ -171,7 +171,7 @@ class Experiment:
                     fingerprint=fp.key, jit_compile=bool(trace.jit_compile), ops=len(trace.graph),
                     variables=len(trace.variables), restored_variables=len(step.restored),
                     initial_state=step.initial_state, seconds=round(time.time() - started, 2),
-                    intercepted=intercepted_facts(step.target.intercepted), script_args=list(s.script_args),
+                    intercepted=intercepted_facts(step.target.intercepted, s.at), script_args=list(s.script_args),
                     **environment(step.tf, step.kind))
 
 
@@ -185,12 +185,13 @@ def result_tensors(trace) -> list[str]:
     return list(trace.output_names) + sorted(last.values())
 
 
-def intercepted_facts(caught) -> dict:
-    """The record's account of the training call a script run as it is was stopped at ({} for the contract)."""
+def intercepted_facts(caught, at: str = "") -> dict:
+    """The record's account of the training call a script run as it is was stopped at ({} for the contract), and
+    the `--at` that chose it ("" for the first)."""
     if caught is None:
         return {}
     return {"kind": caught.kind, "name": caught.name, "where": caught.where, "seconds": caught.seconds,
-            "steps": len(caught.batches or caught.calls)}
+            "steps": len(caught.batches or caught.calls), "at": at}
 
 
 def metric_variables(target, trace) -> list[str]:

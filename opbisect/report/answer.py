@@ -50,9 +50,12 @@ def groups(record: Record) -> list[Group]:
 
 
 def command(record: Record, *words: str) -> str:
-    """`opbisect WORDS SCRIPT [-- ARGS]` for this record's script."""
-    args = record.meta.script_args
-    return shlex.join(["opbisect", *words[:1], record.meta.script, *words[1:], *(["--", *args] if args else [])])
+    """`opbisect WORDS SCRIPT [-- ARGS]` for this record's script, at the training call it analysed (`--at`) unless
+    the words name another."""
+    args, at = record.meta.script_args, record.meta.intercepted.get("at", "")
+    here = ["--at", at] if at and "--at" not in words else []
+    return shlex.join(["opbisect", *words[:1], record.meta.script, *words[1:], *here,
+                       *(["--", *args] if args else [])])
 
 
 def answer(record: Record) -> Answer:
