@@ -127,6 +127,28 @@ def test_runs_that_agree_through_both_calls_leave_exit_0_and_no_script_check_run
     assert json.loads((tmp_path / "unchecked" / "new_head" / "record.json").read_text())["fresh"]["script"] is None
 
 
+@pytest.mark.parametrize("cores, script, early", [(16, "zero_edit/keras3_fit.py", True),
+                                                   (16, "embedding_sgd.py", False),  # the target contract
+                                                   (2, "zero_edit/keras3_fit.py", False)])
+def test_the_scripts_runs_start_beside_the_experiment_only_on_cores_to_spare_and_only_for_a_script_that_trains(
+        monkeypatch, cores, script, early):
+    from opbisect.execute import children, usertest
+    from opbisect.execute import fresh as running
+    from opbisect.settings import TraceSettings
+
+    class Ended:  # the probe's child, not run here
+        def poll(self):
+            return 0
+
+    started = []
+    monkeypatch.setattr(running.os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(children, "start", lambda cmd, env, **kw: Ended())
+    monkeypatch.setattr(usertest.UserTestRuns, "started", classmethod(lambda cls, *a, **k: started.append(a) or a))
+    with running.FreshRun(TraceSettings(script=EXAMPLES / script)) as checking:
+        assert (checking.early is not None) == early == bool(started)
+        checking.early = None  # nothing to end: no process was started
+
+
 # -- the decisions, on planted probes ---------------------------------------------------------------------------
 
 def probe(initial: dict, batches: list[str], after: list[dict] | None = None) -> Probe:

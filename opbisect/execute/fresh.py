@@ -52,12 +52,20 @@ class FreshRun:
         self.folder = Path(self._tmp.__enter__())
         self.first = self._start([], FIRST)
         self.early = None
-        if self.settings.script_check and (os.cpu_count() or 1) >= SPARE_CORES:  # beside the experiment, not after
+        if (os.cpu_count() or 1) >= SPARE_CORES and self._script_trains():  # beside the experiment, not after
             from .usertest import UserTestRuns
 
             self.early = UserTestRuns.started(self.settings, self.folder, True, patch=self.settings.patch,
                                               seed=self.settings.seed)
         return self
+
+    def _script_trains(self) -> bool:
+        """Whether the script's runs are asked for and the script trains by itself (read, not run: the target
+        contract's names make none)."""
+        from ..targets.intercept import defines_contract
+
+        s = self.settings
+        return s.script_check and not defines_contract(s.script, s.step_name, s.inputs_name)
 
     def __exit__(self, *exc) -> None:
         if self.early is not None:  # ended, read or not (a failure before its verdict leaves them running)
