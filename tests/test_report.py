@@ -262,7 +262,7 @@ def test_a_deterministic_step_whose_script_runs_part_is_exit_1_with_where_to_loo
     from opbisect.analysis import facts as decided
     from opbisect.execute.fresh import merged
     from opbisect.record.model import FreshCheck, UserTest
-    from opbisect.report import answer, text
+    from opbisect.report import answer, json_view, text
 
     record = literal_record()
     record = dataclasses.replace(record, sources=[], facts=dataclasses.replace(
@@ -276,6 +276,7 @@ def test_a_deterministic_step_whose_script_runs_part_is_exit_1_with_where_to_loo
     assert shlex.split(said.next)[:3] == ["opbisect", "trace", "model_step.py"] and shlex.split(said.next)[3:] == \
         next_words
     assert any("apart after step 9" in line for line in text.lines(checked))
+    assert json_view.summary(checked)["fresh"]["script"]["apart_call"] == apart_call  # for a script reading it
     agreed = merged(record, FreshCheck(hash_seed="unset", init=[], batches=[], first_differing_step=None, steps=1,
                                        script=dataclasses.replace(runs, agreed=True, first_apart=None, apart=[])))
     assert answer.answer(agreed).exit_code == 0 and agreed.facts.verdict.exit_code == 0

@@ -24,6 +24,7 @@ def summary(record: Record) -> dict:
                                if record.facts.replica_divergence else None),
         "processes": dataclasses.asdict(record.processes) if record.processes else None,
         "ladder": dataclasses.asdict(record.ladder) if record.ladder else None,
+        "fresh": dataclasses.asdict(record.fresh) if record.fresh else None,  # and the script's runs: its `script`
         "sources": sources,
         "seeded": [dataclasses.asdict(d) for d in record.seeded],
     }
