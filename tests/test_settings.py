@@ -101,11 +101,12 @@ def test_every_step_option_given_to_fix_reaches_its_verify(started):
 
 @pytest.mark.parametrize("intercepted", [True, False], ids=["script-run", "target-contract"])
 def test_every_step_option_given_to_fix_reaches_both_runs_of_the_users_test(started, intercepted):
+    from opbisect.execute.usertest import UserTestRuns
+
     driver, commands, _ = started
-    driver.intercepted = intercepted
     rec = Recommendation(variant="patched", patch="patch.csv", seed="7")
-    runs = [driver._started(rec, i) for i in (1, 2)]
-    assert len(runs) == 2 and len(commands) == 2
+    runs = UserTestRuns.started(driver.settings, driver.staging, intercepted, patch=rec.patch, seed=rec.seed)
+    assert len(runs.runs) == 2 and len(commands) == 2
     for cmd in commands:
         settings = _parsed(cmd)
         common = [f.name for f in dataclasses.fields(settings) if f.name in GIVEN]
