@@ -12,7 +12,6 @@ import dataclasses
 import shlex
 
 from ..analysis.sources import patchable, replaceable
-from ..errors import EXIT_FOUND
 from ..record.model import Record, Source
 from ..words import listed
 
@@ -78,13 +77,13 @@ def answer(record: Record) -> Answer:
                       f"autotuning, a graph built in hash order).", "",
                       command(record, "trace", "--processes", "2"))
     if fresh is not None and fresh.script_apart:
-        return _script_apart(record, verdict)
+        return _script_apart(record, verdict, v.exit_code)
     looked = record.meta.looked_harder
     return Answer(verdict, v.exit_code, f"The step varies ({'; '.join(v.evidence)}), but no op could be named.", "",
                   "" if looked else command(record, "trace", "--max-runs", str(4 * record.meta.runs)))
 
 
-def _script_apart(record: Record, verdict: str) -> Answer:
+def _script_apart(record: Record, verdict: str, code: int) -> Answer:
     """The step analysed gives one result, but two more fresh runs of the script part: in a later training call (a
     second fit, a phase compiled again), the next trace is of that call; in the one analysed, at a later step or
     more rarely than these runs could see, a longer trace."""
@@ -93,10 +92,10 @@ def _script_apart(record: Record, verdict: str) -> Answer:
     what = f"Your two runs start alike, and {record.runs} runs of {analysed} give one result, but two fresh runs of " \
            f"the script part after training step {t.first_apart}"
     if t.parts_elsewhere():
-        return Answer(verdict, EXIT_FOUND, f"{what}, in {t.apart_call}: a training call this trace did not analyse.",
+        return Answer(verdict, code, f"{what}, in {t.apart_call}: a training call this trace did not analyse.",
                       "", command(record, "trace", "--at", t.apart_call))
     steps = max(t.first_apart or 1, record.meta.steps)
-    return Answer(verdict, EXIT_FOUND, f"{what}: the step varies past step {record.meta.steps} or more rarely than "
+    return Answer(verdict, code, f"{what}: the step varies past step {record.meta.steps} or more rarely than "
                   f"{record.runs} runs show.", "",
                   command(record, "trace", "--steps", str(steps), "--runs", str(4 * record.runs)))
 
