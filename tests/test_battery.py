@@ -194,12 +194,18 @@ def test_a_second_ctrl_c_does_not_leave_the_child_running(tmp_path, monkeypatch)
         spawned.append(real_popen(*args, **kwargs))
         return spawned[-1]
 
-    threading.Thread(target=ctrl_c_twice, daemon=True).start()
+    # Python's own Ctrl-C handler, as an interactive shell starts Python with it: a test run started as a background
+    # job of a non-interactive shell (`cmd &`, nohup) inherits SIGINT ignored, and Python then installs none, so no
+    # Ctrl-C would reach the wait at all (the child slept its 120 s out: seen once in a loaded run).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     monkeypatch.setattr(children.subprocess, "Popen", popen)
+    threading.Thread(target=ctrl_c_twice, daemon=True).start()
     try:
         done = children.run([sys.executable, "-c", child], dict(os.environ))
     except KeyboardInterrupt:
         done = None
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert done is None, f"the child ended by itself (exit {done.returncode}): {done.stderr[-2000:]}"
     assert stopping.exists()  # the child was asked to stop (SIGTERM) ...
     # ... and its handler ran to its end: the parent waited for it through the second Ctrl-C (exit 7, not killed)
