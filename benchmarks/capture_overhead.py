@@ -2,7 +2,8 @@
 
 For one target script (default: the BERT-like step) it times, in this process:
   plain         the user's step (its concrete function), one call
-  instrumented  the step with every tensor tapped (what `opbisect trace` runs), one call
+  instrumented  the step with its tensors tapped (what `opbisect trace` runs: every tensor but the element-wise
+                ops' outputs, which what feeds them fixes; `--taps lean,all` times every tensor tapped beside), one call
   trace         a whole `opbisect trace` with N runs, against N plain steps
 and, with --debugger, TF Debugger V2 (`tf.debugging.experimental.enable_dump_debug_info`) in the modes given,
 each in a fresh process that times its own plain step first, so every ratio compares two timings taken in
@@ -57,29 +58,41 @@ def setup(script: Path, device: str):
     return tf, kind, target, args, trace_step(target, args)
 
 
+def tap_sets(trace, names: list[str]) -> dict[str, list[str]]:
+    """The tensors each --taps choice taps: `lean` what opbisect trace taps, `all` every tensor (--tap-every-tensor)."""
+    import dataclasses
+
+    from opbisect.capture import builder
+
+    every = dataclasses.replace(trace, tap_every=True, tappable={})
+    return {n: builder.tappable_tensors(every if n == "all" else trace)[0] for n in names}
+
+
 def measure_capture(script: Path, device: str, repeats: int, runs: int, choices: list[str],
-                    profile: int = 0, side_groups: tuple = (96,)) -> dict:
+                    profile: int = 0, side_groups: tuple = (96,), taps_named: tuple = ("lean",)) -> dict:
     from opbisect.capture import builder, fingerprint
     from opbisect.capture import taps as capture
     from opbisect.session import run_trace
     from opbisect.settings import TraceSettings
 
     tf, kind, target, args, trace = setup(script, device)
-    taps, _ = builder.tappable_tensors(trace)
+    sets = tap_sets(trace, list(taps_named))
     steps = {"plain": lambda: trace.concrete(*args)}  # each step timed, then profiled with --profile
     plain = timed(steps["plain"], repeats, sync_outputs)
     variants = {}
-    for choice, group in [(c, g) for c in choices for g in (side_groups if c == fingerprint.SIDE_STREAM else [0])]:
+    for named, choice, group in [(n, c, g) for n in sets for c in choices
+                                 for g in (side_groups if c == fingerprint.SIDE_STREAM else [0])]:
         fp, _ = fingerprint.for_trace(trace, kind, choice)
-        key = f"{fp.key}, {group} a node" if group else fp.key
+        key = (f"{fp.key}, {group} a node" if group else fp.key) + (", every tensor" if named == "all" else "")
         builder.SIDE_GROUP = group or builder.SIDE_GROUP  # taps a side-stream node reads: one form per --side-groups
-        inst = capture.build(trace, taps, fp)
+        inst = capture.build(trace, sets[named], fp)
         start = time.perf_counter()
         inst(args)  # the first call: tracing, grappler, and kernel compilation
         first = time.perf_counter() - start
         steps[key] = lambda inst=inst: inst(args)
         seconds = timed(steps[key], repeats, sync_outputs)  # inst copies its digests to the host
-        variants[key] = {"name": fp.name, "ms": seconds * 1e3, "ratio": seconds / plain, "first_call_s": first}
+        variants[key] = {"name": fp.name, "ms": seconds * 1e3, "ratio": seconds / plain, "first_call_s": first,
+                         "taps": len(sets[named]), "tapped_MB": sum(_bytes(trace.graph, t) for t in sets[named]) / 1e6}
     # The re-imported step with no tap: what the GraphDef round trip costs, apart from fingerprinting.
     bare = capture.build(trace, [], fingerprint.for_trace(trace, kind)[0])
     steps["no taps"] = lambda: bare(args)
@@ -91,6 +104,7 @@ def measure_capture(script: Path, device: str, repeats: int, runs: int, choices:
         from benchmarks.device_profile import compared, kernel_times
 
         print(compared({name: kernel_times(step, calls=profile) for name, step in steps.items()}), flush=True)
+    taps = next(iter(sets.values()))
     tapped_bytes = sum(_bytes(trace.graph, t) for t in taps)
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
@@ -151,6 +165,8 @@ def main() -> None:
     p.add_argument("--fingerprints", default="auto",
                    help="comma-separated fingerprinters to time: auto, farmhash, wsum, fused, fused-side (the fused op "
                    "reading on a second CUDA stream)")
+    p.add_argument("--taps", default="lean", help="comma-separated tap sets to time: lean (what opbisect trace "
+                   "taps), all (every tensor, element-wise outputs too: --tap-every-tensor)")
     p.add_argument("--side-groups", default="96", help="comma-separated taps a node for fused-side, each timed "
                    "(few: each node starts reading sooner; many: fewer launches and events on the host)")
     p.add_argument("--grappler-off", default="", help="comma-separated grappler passes to turn off for every "
@@ -166,7 +182,8 @@ def main() -> None:
         return
     result = {"script": str(a.script), "debugger": [], "grappler_off": GRAPPLER_OFF,
               "capture": measure_capture(a.script, a.device, a.repeats, a.runs, a.fingerprints.split(","),
-                                         a.profile, tuple(int(g) for g in a.side_groups.split(",")))}
+                                         a.profile, tuple(int(g) for g in a.side_groups.split(",")),
+                                         tuple(a.taps.split(",")))}
     for mode in filter(None, a.debugger.split(",")):
         # A child process per mode: the debugger instruments every function traced after it is enabled.
         cmd = [sys.executable, __file__, "--script", str(a.script), "--device", a.device, "--repeats",
@@ -189,7 +206,8 @@ def main() -> None:
     print(f"{'plain step, timed again':<44}{c['plain_again_ms']:>10.2f}{c['plain_again_ms'] / c['plain_ms']:>8.2f}")
     for key, v in c["variants"].items():
         first = f"first call {v['first_call_s']:.1f} s; " if v["first_call_s"] is not None else ""
-        print(f"{'instrumented, ' + key:<44}{v['ms']:>10.2f}{v['ratio']:>8.2f}   ({first}{v['name']})")
+        tapped = f"{v['taps']} taps, {v['tapped_MB']:.0f} MB; " if "taps" in v else ""
+        print(f"{'instrumented, ' + key:<44}{v['ms']:>10.2f}{v['ratio']:>8.2f}   ({tapped}{first}{v['name']})")
     for d in result["debugger"]:
         if "error" in d:
             print(f"TF Debugger V2 {d['mode']}: failed: {d['error']}")

@@ -191,6 +191,9 @@ class TraceSettings(StepOptions):
     magnitude_runs: int = option(0, "runs of the magnitude pass (default 0: as many as --runs)", minimum=0)
     patch: str = option("", "trace the step with these ops already patched (a report's sources.csv, op types or op "
                             "names, comma-separated): find the sources the patched ones hid")
+    tap_every: bool = option(False, "fingerprint every tensor, element-wise ops' outputs too (by default compare "
+                                    "derives those from what feeds them, which fixes them bit for bit)",
+                             flag="--tap-every-tensor")
     replay: bool = option(True, "do not replay each source alone on its recorded inputs (nor write reproducers)",
                           flag="--no-replay")
     replay_runs: int = option(20, "runs of each source alone on its recorded inputs", minimum=2)

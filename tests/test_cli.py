@@ -170,7 +170,7 @@ def test_every_option_reaches_a_child_process_unchanged():
                             patch="r/s.csv,AddN", replicas="1,all", replica_limit=2, workers=3,
                             worker_index=1, agree_dir=Path("a g"), at="fit:2", script_args=("--epochs", "3", "--"),
                             fresh=False, seed="7", probe=Path("p q/probe.json"), pins="python,hash",
-                            script_check=False, check_steps=4)
+                            script_check=False, check_steps=4, tap_every=True)
     defaults = {f.name: f.default for f in dataclasses.fields(TraceSettings)}
     assert all(getattr(changed, k) != v for k, v in defaults.items() if k != "script")  # every option is set
     again = TraceSettings.from_namespace(parse(["trace", *changed.to_argv()]))

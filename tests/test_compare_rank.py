@@ -194,3 +194,18 @@ def test_a_collective_whose_inputs_differ_is_not_a_source():
     fps = [[1, 7, 2, 3], [1, 8, 9, 5], [1, 7, 2, 3]]
     cmp = compare(g, ["x0:0", "n:0", "x1:0", "allreduce:0"], fps, [{}, {}, {}], results=["allreduce:0"])
     assert [(s.op, s.kind) for s in cmp.sources] == [("n", "random")]
+
+
+def test_an_untapped_identity_n_passes_on_only_the_differences_of_the_input_at_each_port():
+    # Keras' optimizers pass every gradient through one IdentityN: left untapped, its output k differs where its
+    # input k does, not wherever any of its inputs does (which would hide a source after an unchanged gradient).
+    g = chain(("x", "Placeholder", []), ("a", "Sum", ["x:0"]), ("b", "Sum", ["x:0"]), ("n", "IdentityN", []),
+              ("u", "BiasAddGrad", []))
+    g.attrs("n")["outputs"] = [("float32", "(4,)"), ("float32", "(4,)")]
+    g.add_data_edge("a", 0, "n", 1)
+    g.add_data_edge("b", 0, "n", 2)
+    g.add_data_edge("n", 1, "u", 1)  # u reads b's port, which agrees in every run
+    taps = ["x:0", "a:0", "b:0", "u:0"]  # n untapped, as capture leaves it
+    fps = [[1, 2, 3, 4], [1, 5, 3, 6], [1, 7, 3, 4]]  # a varies on identical x, and so does u on identical b
+    cmp = compare(g, taps, fps, [{}, {}, {}])
+    assert sorted(s.op for s in cmp.sources) == ["a", "u"]

@@ -132,7 +132,8 @@ def test_two_independent_sources_are_both_found(run_step):
     assert dict(zip(t.csv["op_name"], t.csv["kind"])) == {"draw/RandomStandardNormal": "random", "racy_sum": "op"}
 
 
-def test_reads_after_a_nondeterministic_write_are_not_sources(run_step):
+@pytest.mark.parametrize("tap_every", [False, True], ids=["element-wise derived", "every tensor tapped"])
+def test_reads_after_a_nondeterministic_write_are_not_sources(run_step, tap_every):
     # A planted racy write: a py_function adds a different amount to the table in every run (a live CPU
     # scatter race fires too rarely on a loaded machine); everything that reads the table after it differs.
     t = run_step("""
@@ -153,13 +154,16 @@ def test_reads_after_a_nondeterministic_write_are_not_sources(run_step):
 
 
         inputs = (tf.constant(2.0),)
-        """, runs=4)
+        """, runs=4, tap_every=tap_every)
     assert t.code == 1
     assert t.sources == ["EagerPyFunc"]
     assert t.row("EagerPyFunc")["kind"] == "write"
     graph, differing = OpGraph.from_json(t.record.graph), set(t.record.analyses[0].differing)
     reads_after = [op for op in graph.ops if graph.op_type(op) == "ReadVariableOp" and graph.prior_writes(op, "table")]
-    assert reads_after and all(f"{op}:0" in differing for op in reads_after)  # they differ, yet are no source
+    tapped = set(t.record.analyses[0].instrumented.taps)
+    assert reads_after and all((f"{op}:0" in tapped) == tap_every for op in reads_after)
+    # tapped, they differ, yet are no source; untapped, compare derives that they differ from the write before them
+    assert all(f"{op}:0" in differing for op in reads_after if f"{op}:0" in tapped)
     assert t.row("EagerPyFunc")["downstream_differing"] >= len(reads_after) + 2
 
 

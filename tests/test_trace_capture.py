@@ -47,6 +47,61 @@ def traced(tmp_path, body):
     return trace_step(target, args), args
 
 
+def every_tensor(trace) -> list[str]:
+    """Every tensor worth tapping, element-wise outputs too (--tap-every-tensor)."""
+    import dataclasses
+
+    return builder.tappable_tensors(dataclasses.replace(trace, tap_every=True, tappable={}))[0]
+
+
+PLANTED = """
+table = tf.Variable(tf.ones([4, 8]), name="table")
+
+
+def noise(x):
+    return x + np.random.default_rng().standard_normal(x.shape).astype(np.float32)  # unseeded: the source
+
+
+@tf.function
+def step(x):
+    y = tf.reshape(tf.numpy_function(noise, [x], tf.float32), [4, 8])
+    z = tf.nn.relu(y * 2.0 + 1.0)  # element-wise after the source
+    w = tf.matmul(z, table.read_value(), transpose_b=True)
+    table.assign_add(tf.reduce_mean(w) * tf.ones([4, 8]))
+    quiet = tf.cast(tf.shape(x)[0], tf.float32) * tf.reduce_sum(table.read_value())  # reads the write
+    return tf.reduce_sum(tf.math.add_n([w, w, tf.matmul(z, z, transpose_b=True)])) + quiet
+
+
+inputs = (tf.ones([4, 8]),)
+"""
+
+
+def test_element_wise_outputs_left_untapped_give_the_sources_every_tensor_tapped_gives(tmp_path):
+    # What lean taps rest on: an element-wise op's inputs fix its output, so compare derives whether it differs
+    # from what feeds it. Fingerprints of every tensor, compared whole and with the element-wise ones left out:
+    # the same sources, each with the same differing ops after it and the same reach to the step's result.
+    from opbisect.analysis.compare import compare
+    from opbisect.execute.experiment import result_tensors
+
+    trace, args = traced(tmp_path, PLANTED)
+    every, lean = every_tensor(trace), builder.tappable_tensors(trace)[0]
+    types = {trace.graph.op_type(t.split(":")[0]) for t in set(every) - set(lean)}
+    assert set(lean) < set(every) and {"Mul", "AddV2", "Relu", "ReadVariableOp", "Cast"} <= types
+    assert "AddN" not in types  # outside XLA a large AddN may sum in thread-finish order: tapped
+    assert "Shape" not in types and "StridedSlice" not in types  # coarse: a difference may vanish through them
+    table, start = trace.variables["table"], trace.variables["table"].numpy().copy()
+    inst, fps = capture.build(trace, every, fingerprint.FarmhashFingerprinter()), []
+    for _ in range(3):
+        table.assign(start)
+        fps.append(inst(args)[0].tolist())
+    kept = [every.index(t) for t in lean]
+    results = result_tensors(trace)
+    whole = compare(trace.graph, every, fps, [{}] * 3, results)
+    leaner = compare(trace.graph, lean, [[run[i] for i in kept] for run in fps], [{}] * 3, results)
+    assert [s.op for s in whole.sources] == ["PyFunc"] and whole.sources[0].affects_result
+    assert leaner.sources == whole.sources
+
+
 @pytest.mark.parametrize("fp", [fingerprint.FarmhashFingerprinter(), fingerprint.WeightedSumFingerprinter()],
                          ids=["farmhash", "wsum"])
 def test_fingerprints_are_bitwise_exact_and_see_any_single_element_change(fp):
@@ -159,7 +214,7 @@ def test_under_xla_the_taps_digested_together_after_the_import_are_each_taps_own
     trace, args = traced(tmp_path, NESTED.replace("@tf.function\ndef step", "@tf.function(jit_compile=True)\ndef step"))
     assert trace.jit_compile
     v, start = trace.variables["v"], trace.variables["v"].numpy().copy()
-    taps, _ = builder.tappable_tensors(dataclasses.replace(trace, jit_compile=False, tappable={}))  # fused ones too
+    taps = every_tensor(trace)  # the fused ones too
     fp = fingerprint.WeightedSumFingerprinter()
     grouped = capture.build(trace, taps, fp)
     stamped = capture.build(dataclasses.replace(trace, jit_compile=False), taps, fp)  # a digest node per tap
@@ -307,7 +362,7 @@ def test_fused_capture_returns_digests_in_tap_order(tmp_path, host_split):
 
         inputs = (tf.constant([0.5, 0.25]),)
         """)
-    taps, _ = builder.tappable_tensors(trace)
+    taps = every_tensor(trace)  # int32 taps among float ones
     fused, _ = fingerprint.for_device("cpu", choice="fused")
     fused.host_dtypes = frozenset({"int32"}) if host_split else frozenset()
     fps, _, full, _ = capture.build(trace, taps, fused, full=taps)(args)
@@ -329,7 +384,7 @@ def test_side_stream_digests_are_awaited_once_per_device_and_equal_the_fused_one
         inputs = (tf.constant([0.75, 0.5, 0.25]),)
         """)
     monkeypatch.setattr(builder, "SIDE_GROUP", 16)  # several groups, so the await takes several vectors
-    taps, _ = builder.tappable_tensors(trace)
+    taps = every_tensor(trace)  # int32 taps among float ones
     fused, _ = fingerprint.for_device("cpu", choice="fused")
     side, _ = fingerprint.for_device("cpu", choice=fingerprint.SIDE_STREAM)
     fused.host_dtypes = side.host_dtypes = frozenset({"int32"})

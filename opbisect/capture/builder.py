@@ -15,6 +15,10 @@ from .fingerprint import tappable
 
 PREFIX = "opbisect_capture"  # node names of capture nodes
 FUSED_BY_XLA = "fused by XLA"  # the skipped count of outputs and post-write states not tapped under XLA
+DERIVED = "element-wise"  # the same count outside XLA: outputs and states their inputs fix (derived, not tapped)
+# FUSED op types a plain (non-XLA) kernel may still compute in an order it chooses: tapped outside XLA. A large AddN
+# on the CPU sums its inputs in thread-finish order (seen varying; README, CPU races); XLA adds them in their order.
+ORDERED_BY_XLA_ONLY = frozenset({"AddN"})
 WORKSPACE = "workspace"  # the skipped count of outputs whose bytes have no defined value (optypes.workspace)
 FAN_IN = 32  # grappler slows down sharply on nodes with thousands of inputs: pack in a tree
 
@@ -26,16 +30,21 @@ def tappable_tensors(trace: Trace, region: str = "") -> tuple[list[str], dict[st
     a body. Every scope is listed in one pass over the graph, once per trace (capture asks for each body several
     times).
 
-    Under XLA the outputs and post-write states of ops XLA fuses (optypes.FUSED) are not tapped: the compiled step
-    never writes them out, a tap would (XLA compiling every tap as an output of the cluster is most of an XLA
-    trace's cost), and their inputs and the state they read fix them bit for bit, so compare derives whether they
-    differ from what feeds them (and names a read of state that differed before the step as its source)."""
+    The outputs and post-write states of ops whose inputs and the state they read fix them bit for bit
+    (optypes.FUSED: element-wise arithmetic, casts, reshapes, slices, copies, a variable's plain read and
+    assignments) are not tapped either, unless `trace.tap_every`: compare derives whether they differ from what
+    feeds them (and names a read of state that differed before the step as its source). Under XLA the compiled step
+    never writes them out, and a tap would (compiling every tap as an output of the cluster is most of an XLA
+    trace's cost). Outside XLA they are a third to a half of the bytes a step writes, each read again by its digest
+    (the BERT-like base step on the H200: reading every tapped byte once is 1.13x of the plain step, capture's goal
+    1.10x), for no source: none of them can vary on identical inputs."""
     if not trace.tappable:
         graph = trace.graph
         for op in graph.topo_order():
             taps, skipped = trace.tappable.setdefault(graph.region_of(op), ([], {}))
-            if _fused_by_xla(trace, op):
-                skipped[FUSED_BY_XLA] = skipped.get(FUSED_BY_XLA, 0) + len(graph.outputs(op) + graph.states(op))
+            if derived_op(trace, op):
+                why = FUSED_BY_XLA if trace.jit_compile else DERIVED
+                skipped[why] = skipped.get(why, 0) + len(graph.outputs(op) + graph.states(op))
                 continue
             workspace = optypes.workspace(graph.op_type(op))
             for tid in graph.outputs(op):
@@ -51,13 +60,22 @@ def tappable_tensors(trace: Trace, region: str = "") -> tuple[list[str], dict[st
     return list(taps), dict(skipped)
 
 
-def fused_by_xla(trace: Trace, tid: str) -> bool:
-    """Whether tensor `tid` is left untapped because XLA fuses the op making it (see tappable_tensors)."""
-    return _fused_by_xla(trace, TensorRef.parse(tid).op)
+def derived(trace: Trace, tid: str) -> bool:
+    """Whether tensor `tid` is left untapped because what feeds its op fixes it (see tappable_tensors)."""
+    return derived_op(trace, TensorRef.parse(tid).op)
 
 
-def _fused_by_xla(trace: Trace, op: str) -> bool:
-    return bool(trace.jit_compile) and optypes.has(trace.graph.op_type(op), optypes.FUSED)
+def derived_op(trace: Trace, op: str) -> bool:
+    """Under XLA every FUSED op (the compiled step writes none of them out). Outside it, the FUSED ops but AddN and
+    the COARSE ones (a shape, a predicate, a part of the input: tapped, their outputs are small): what compare
+    derives for an untapped output, "differs where what feeds it differs", is then exact but where a difference
+    vanishes inside one op (a Relu of values below zero, a mask of zeros), and there it only counts a tensor after a
+    source as differing (which the source's 'ops after it' counts) or hides a second source right after it (which
+    fix's next round finds, as it finds every source the first hides)."""
+    op_type = trace.graph.op_type(op)
+    if trace.tap_every or not optypes.has(op_type, optypes.FUSED):
+        return False
+    return bool(trace.jit_compile) or not (op_type in ORDERED_BY_XLA_ONLY or optypes.has(op_type, optypes.COARSE))
 
 
 class GraphDefBuilder:

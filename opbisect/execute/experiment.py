@@ -57,9 +57,11 @@ class Experiment:
                              "kept in step across workers yet")
         self.findings = step.findings + preflight.checks(step.trace, step.target)
         lap("check the graph")
+        if settings.tap_every and not step.trace.tap_every:
+            step.trace.tap_every, step.trace.tappable = True, {}
         self.taps, self.skipped = builder.tappable_tensors(step.trace)
         tapped = set(self.taps)
-        self.results = [t for t in result_tensors(step.trace) if t in tapped or builder.fused_by_xla(step.trace, t)]
+        self.results = [t for t in result_tensors(step.trace) if t in tapped or builder.derived(step.trace, t)]
         self.options = pinned_options(settings.pin_grappler and not step.trace.jit_compile)  # XLA: none to pin
         fit_steps = step.target.form == "fit" and settings.steps == 1  # every step of the fit, unless --steps
         self.steps = step.target.steps_available if fit_steps else settings.steps

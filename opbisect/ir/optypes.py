@@ -10,8 +10,12 @@ Every rule that depends on an op's type reads this table (as JAX's rule tables a
   collectives, it holds no state), FUSED (what XLA compiles into its neighbours with no order to choose:
   element-wise arithmetic (AddN too: XLA adds its inputs one after the other, in their order), casts, comparisons,
   selects, reshapes, slices, broadcasts, concatenations, identities, constants, and a variable's plain read and
-  assignments; no reduction, no atomics, so its inputs and the state it reads fix its result bit for bit), and the
-  tf.data roles PARALLEL_DATASET and SHUFFLE_DATASET;
+  assignments; no reduction, no atomics, so its inputs and the state it reads fix its result bit for bit), COARSE
+  (FUSED ops whose output can stay the same when their input differs, by what they compute: a shape, a predicate,
+  a rounding, a part of the input; capture taps them where it derives the rest of FUSED, so that a difference
+  that vanishes through one does not hide a source after it), PORTWISE (output k is input k: what differs in
+  one does not reach the others), and the tf.data roles PARALLEL_DATASET and
+  SHUFFLE_DATASET;
 - remedy: one line on what to do when an op of this type is a source;
 - generator: for a stateful random op, the stateless op that draws the very same numbers from the key and counter
   that RngReadAndSkip reads from a state variable and moves on (as tf.random.Generator draws: Philox, state
@@ -29,7 +33,7 @@ import dataclasses
 READ, RANDOM, INPUT, CONTROL_FLOW, CALL = "read", "random", "input", "control_flow", "call"
 COMMUTATIVE, CONVOLUTION, PYTHON = "commutative", "convolution", "python"
 PARALLEL_DATASET, SHUFFLE_DATASET, RNG_STATE = "parallel_dataset", "shuffle_dataset", "rng_state"
-COLLECTIVE, FUSED = "collective", "fused"
+COLLECTIVE, FUSED, COARSE, PORTWISE = "collective", "fused", "coarse", "portwise"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +132,10 @@ _ROLES: dict[str, tuple[str, ...]] = {
             "Relu6Grad", "Elu", "EluGrad", "Selu", "Softplus", "Erf", "Erfc", "Floor", "Ceil", "Round", "BiasAdd",
             "Less", "LessEqual", "Greater", "GreaterEqual", "Equal", "NotEqual", "LogicalAnd", "LogicalOr",
             "LogicalNot", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "IsFinite", "IsNan", "ClipByValue", "AddN"),
+    COARSE: ("Shape", "ShapeN", "Size", "Rank", "BroadcastGradientArgs", "Less", "LessEqual", "Greater",
+             "GreaterEqual", "Equal", "NotEqual", "LogicalAnd", "LogicalOr", "LogicalNot", "IsFinite", "IsNan", "Sign",
+             "Floor", "Ceil", "Round", "FloorDiv", "FloorMod", "StridedSlice", "Slice", "Split", "SplitV", "Unpack"),
+    PORTWISE: ("IdentityN",),
     PARALLEL_DATASET: ("ParallelMapDataset", "ParallelMapDatasetV2", "ParallelInterleaveDatasetV2",
                        "ParallelInterleaveDatasetV3", "ParallelInterleaveDatasetV4", "ParallelBatchDataset",
                        "MapAndBatchDataset", "ParallelFilterDataset"),

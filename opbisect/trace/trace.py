@@ -64,6 +64,7 @@ class Trace:
     regions: dict[str, "Region"] = dataclasses.field(default_factory=dict)  # entered bodies, parents first
     mirrors: list[list[str]] = dataclasses.field(default_factory=list)  # keys of each mirrored variable's copies
     tappable: dict = dataclasses.field(default_factory=dict, repr=False)  # capture's cache, per scope
+    tap_every: bool = False  # capture taps element-wise outputs too (capture.builder.tappable_tensors)
     flattens_plainly: set = dataclasses.field(default_factory=set, repr=False)  # flat_args' checked layouts
 
     def arg_specs(self) -> list:

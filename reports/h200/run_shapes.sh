@@ -15,6 +15,9 @@
 #   bash reports/h200/run_shapes.sh side      # the digests on a second stream: checked bit for bit, then capture
 #                                             # timed both ways twice and profiled; then the sweep (--copies), each
 #                                             # row over 1.05x profiled (its device time and launches)
+#   bash reports/h200/run_shapes.sh lean      # lean taps (element-wise outputs derived, not tapped): capture timed
+#                                             # with them and with every tensor, twice (the first profiled), the
+#                                             # sources both ways from one set of digests, then BERT-base mixed
 # with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
 NAME=shapes PHASE=${1:-sweep}
 source "$(dirname "$0")/lib.sh"
@@ -71,10 +74,16 @@ case $PHASE in
             --repeats 30 --runs 2 --fingerprints fused,fused-side --side-groups 96,512 \
             $([ $n = 1 ] && echo --profile 10)
         done
-        # lean taps, on branch lean-taps, checked out beside (git archive lean-taps | tar -x -C branch-lean)
-        [ -d branch-lean ] && OPBISECT_BERT=base run capture_lean 400 bash -c "cd branch-lean && python3 \
-          benchmarks/capture_overhead.py --device gpu --repeats 30 --runs 2 --fingerprints fused --taps all,lean"
         # the rows over 1.05x that carry no measured reason yet, first (a lease of 30 minutes may end in the sweep)
         run sweep 450 python3 benchmarks/patch_sweep.py --device gpu --ops "$SWEPT_AGAIN" --profile-over 1.05 \
           --json "$R/sweep.json" --plot "$R/sweep.png" ;;
+  lean) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+        for n in 1 2; do  # issue 42's done-when: two runs of the same command, one lease
+          OPBISECT_BERT=base run "capture_lean_$n" 500 python3 benchmarks/capture_overhead.py --device gpu \
+            --repeats 30 --runs 2 --fingerprints fused --taps lean,all $([ $n = 1 ] && echo --profile 10)
+        done
+        for ex in bert_like_fit scatter_segment_resize embedding_table_sgd conv2d_net; do
+          run "check_lean_$ex" 300 python3 benchmarks/check_lean_taps.py "examples/$ex.py" --device gpu --runs 5
+        done
+        OPBISECT_BERT=base verify bert_like_fit_mixed 500 ;;
 esac
