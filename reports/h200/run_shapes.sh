@@ -18,6 +18,8 @@
 #   bash reports/h200/run_shapes.sh lean      # lean taps (element-wise outputs derived, not tapped): capture timed
 #                                             # with them and with every tensor, twice (the first profiled), the
 #                                             # sources both ways from one set of digests, then BERT-base mixed
+#   bash reports/h200/run_shapes.sh mixedfix  # opbisect fix of BERT-base mixed, from the script (a card whose
+#                                             # sources the H200's patch does not cover)
 # with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
 NAME=shapes PHASE=${1:-sweep}
 source "$(dirname "$0")/lib.sh"
@@ -86,4 +88,5 @@ case $PHASE in
           run "check_lean_$ex" 300 python3 benchmarks/check_lean_taps.py "examples/$ex.py" --device gpu --runs 5
         done
         OPBISECT_BERT=base verify bert_like_fit_mixed 500 ;;
+  mixedfix) OPBISECT_BERT=base fixed bert_like_fit_mixed 900 ;;  # where the H200's patch does not hold (an H100)
 esac
