@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shlex
 import subprocess
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from ..analysis import fresh as decide
 from ..errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 from ..ir.randomness import SEED
 from ..record import store
+from ..record.fixing import run_command
 from ..record.model import FreshCheck, Probe, Record
 from . import children
 from .digest import combined, value_digest
@@ -156,12 +156,8 @@ class FreshRun:
 
 def _run_command(settings) -> str:
     """What each of the script's two more runs was, as a command the user can run."""
-    flags = [*(["--patch", settings.patch] if settings.patch else []), *(["--seed", settings.seed] if settings.seed
-                                                                          else []),
-             *(["--steps", str(settings.check_steps)] if settings.check_steps else []),
-             *(["--at", settings.at] if settings.at else [])]
-    args = ["--", *settings.script_args] if settings.script_args else []
-    return shlex.join(["opbisect", "run", *flags, str(settings.script), *args])
+    return run_command(str(settings.script), list(settings.script_args), {
+        "--patch": settings.patch, "--seed": settings.seed, "--steps": settings.check_steps, "--at": settings.at})
 
 
 def merged(record: Record, check: FreshCheck) -> Record:

@@ -45,11 +45,16 @@ class Recommendation:
 
     def command(self, script: str, args: list[str]) -> str:
         """The `opbisect run` command line that applies it."""
-        env = [f"{k}={v}" for k, v in sorted(self.env.items())]
-        flags = (["--patch", self.patch] if self.patch else []) + (["--seed", self.seed] if self.seed else [])
-        flags += ["--at", self.at] if self.patch and self.at else []
-        tail = ["--", *args] if args else []
-        return shlex.join([*env, "opbisect", "run", *flags, script, *tail])
+        return run_command(script, args, {"--patch": self.patch, "--seed": self.seed,
+                                          "--at": self.at if self.patch else ""}, self.env)
+
+
+def run_command(script: str, args, flags: dict, env: dict | None = None) -> str:
+    """An `opbisect run` command line, as a user types it: the environment first, then the flags given a value
+    ({"--patch": csv, "--steps": 10, ...}, in that order; an empty one left out)."""
+    given = [str(part) for flag, value in flags.items() if value for part in (flag, value)]
+    tail = ["--", *args] if args else []
+    return shlex.join([*(f"{k}={v}" for k, v in sorted((env or {}).items())), "opbisect", "run", *given, script, *tail])
 
 
 @dataclasses.dataclass
