@@ -108,8 +108,8 @@ class _Comparer:
         g, per_tap = self.graph, self.per_tap
         produced = g.outputs(op) + g.states(op)
         varying = [t for t in produced if t in per_tap and self.differs[t]]
-        # A read or assignment left untapped (under XLA) differs only through what it reads: a source if that is
-        # state that differed before the step, as its tapped outputs would have shown.
+        # A read or assignment left untapped (capture derives them) differs only through what it reads: a source if
+        # that is state that differed before the step, as its tapped outputs would have shown.
         derived = not varying and _untapped_state_op(g, op, produced, per_tap)
         if derived:
             varying = [t for t in produced if self.differs[t]]
@@ -155,8 +155,8 @@ def _by_op(graph: OpGraph, sources: list[SourceOp], differs: dict[str, bool]) ->
 
 
 def _untapped_state_op(graph: OpGraph, op: str, produced: list[str], tapped: dict) -> bool:
-    """A read or plain assignment of a variable none of whose results (`produced`) is tapped (optypes.FUSED, under
-    XLA). The type first: it rules out most ops with one lookup."""
+    """A read or plain assignment of a variable none of whose results (`produced`) is tapped (optypes.FUSED: capture
+    derives them). The type first: it rules out most ops with one lookup."""
     op_type = graph.op_type(op)
     return (optypes.has(op_type, optypes.READ) or optypes.has(op_type, optypes.FUSED)) \
         and bool(graph.attrs(op)["resources"]) and not any(t in tapped for t in produced)
