@@ -282,6 +282,14 @@ def test_a_deterministic_step_whose_script_runs_part_is_exit_1_with_where_to_loo
     assert answer.answer(agreed).exit_code == 0 and agreed.facts.verdict.exit_code == 0
 
 
+def test_the_summary_counts_the_derived_outputs_apart_from_the_ignored_ones():
+    # Element-wise outputs are not tapped but derived from what feeds them: the summary must not call them skipped.
+    record = dataclasses.replace(literal_record(), skipped={"element-wise": 7, "resource": 1, "string": 2})
+    line = next(x for x in text.lines(record) if "tensors tapped" in x)
+    derived = re.search(r"(\d+) tensors tapped and (\d+) element-wise outputs derived from them \((.*) skipped\)", line)
+    assert derived and derived.groups() == (str(len(record.analyses[0].instrumented.taps)), "7", "resource 1, string 2")
+
+
 def test_drawings_are_reproducible_svg():
     record = literal_record()
     graph = OpGraph.from_json(record.graph)

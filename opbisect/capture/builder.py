@@ -9,13 +9,12 @@ from collections.abc import Callable
 
 from ..ir import optypes
 from ..ir.ids import TensorRef, split_op_id
+from ..record.model import ELEMENT_WISE, FUSED_BY_XLA  # the skipped counts compare derives (outside XLA, under it)
 from ..trace.inline import parse_input
 from ..trace.trace import Trace
 from .fingerprint import tappable
 
 PREFIX = "opbisect_capture"  # node names of capture nodes
-FUSED_BY_XLA = "fused by XLA"  # the skipped count of outputs and post-write states not tapped under XLA
-DERIVED = "element-wise"  # the same count outside XLA: outputs and states their inputs fix (derived, not tapped)
 # FUSED op types a plain (non-XLA) kernel may still compute in an order it chooses: tapped outside XLA. A large AddN
 # on the CPU sums its inputs in thread-finish order (seen varying; README, CPU races); XLA adds them in their order.
 ORDERED_BY_XLA_ONLY = frozenset({"AddN"})
@@ -43,7 +42,7 @@ def tappable_tensors(trace: Trace, region: str = "") -> tuple[list[str], dict[st
         for op in graph.topo_order():
             taps, skipped = trace.tappable.setdefault(graph.region_of(op), ([], {}))
             if derived_op(trace, op):
-                why = FUSED_BY_XLA if trace.jit_compile else DERIVED
+                why = FUSED_BY_XLA if trace.jit_compile else ELEMENT_WISE
                 skipped[why] = skipped.get(why, 0) + len(graph.outputs(op) + graph.states(op))
                 continue
             workspace = optypes.workspace(graph.op_type(op))

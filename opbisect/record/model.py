@@ -408,6 +408,12 @@ class Meta:
     script_args: list[str] = dataclasses.field(default_factory=list)  # what followed `--`: the script's arguments
 
 
+# The record's `skipped` counts that compare derives rather than ignores: outputs and post-write states whose inputs
+# fix them bit for bit (capture.builder.tappable_tensors), under XLA or outside it.
+FUSED_BY_XLA, ELEMENT_WISE = "fused by XLA", "element-wise"
+DERIVED = (FUSED_BY_XLA, ELEMENT_WISE)
+
+
 @dataclasses.dataclass
 class Record:
     """Everything an `opbisect trace` measured and decided: the one data file between run and report."""
@@ -415,7 +421,7 @@ class Record:
     meta: Meta
     graph: dict  # the op graph, networkx node-link data (opbisect.ir.graph.OpGraph.to_json)
     findings: list[Finding]
-    skipped: dict[str, int]  # outputs not fingerprinted, per dtype (and "fused by XLA": outputs and states)
+    skipped: dict[str, int]  # outputs not fingerprinted, per dtype, and per DERIVED reason (outputs and states)
     results: list[str]  # the tensors that make up the step's result
     default: Trajectory  # the uninstrumented step, the user's grappler config: the verdict
     pinned: Trajectory | None  # the uninstrumented step, grappler pinned (None with --no-pin-grappler)

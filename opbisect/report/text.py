@@ -6,7 +6,7 @@ import textwrap
 from pathlib import Path
 
 from ..ir.optypes import KIND_REMEDIES
-from ..record.model import Record, Runs, Source
+from ..record.model import DERIVED, Record, Runs, Source
 from ..words import listed, printable
 from . import answer
 
@@ -282,10 +282,13 @@ def lines(record: Record, folder: Path | None = None) -> list[str]:
         out.append(f"note: {f.grappler.reason}")
     out += fit_lines(record) + step_lines(record) + replica_lines(record)
     first = record.analyses[0]
-    skipped = ", ".join(f"{k} {v}" for k, v in sorted(record.skipped.items()))
+    skipped = ", ".join(f"{k} {v}" for k, v in sorted(record.skipped.items()) if k not in DERIVED)
+    derived = sum(v for k, v in record.skipped.items() if k in DERIVED)
     differing = sum(len(a.differing) for a in record.analyses)
     out.append(f"the step with its tensors fingerprinted (instrumented, {f.grappler.config} grappler): "
-               f"{len(first.instrumented.taps)} tensors tapped{f' ({skipped} skipped)' if skipped else ''}, "
+               f"{len(first.instrumented.taps)} tensors tapped"
+               f"{f' and {derived} element-wise outputs derived from them' if derived else ''}"
+               f"{f' ({skipped} skipped)' if skipped else ''}, "
                f"{len(first.differing)} differ"
                f"{f' ({differing} over all {len(record.analyses)} steps)' if len(record.analyses) > 1 else ''}; "
                f"{observer_line(f.observer)}")
