@@ -106,15 +106,17 @@ def measure_capture(script: Path, device: str, repeats: int, runs: int, choices:
         print(compared({name: kernel_times(step, calls=profile) for name, step in steps.items()}), flush=True)
     taps = next(iter(sets.values()))
     tapped_bytes = sum(_bytes(trace.graph, t) for t in taps)
-    with tempfile.TemporaryDirectory() as out:
-        start = time.perf_counter()
-        run_trace(TraceSettings(script=script, out=Path(out), runs=runs, progress=False, device=device),
-                  echo=lambda line: None)
-        whole = time.perf_counter() - start
+    whole = None
+    if runs:  # --runs 0: the instrumented step alone (a short lease)
+        with tempfile.TemporaryDirectory() as out:
+            start = time.perf_counter()
+            run_trace(TraceSettings(script=script, out=Path(out), runs=runs, progress=False, device=device),
+                      echo=lambda line: None)
+            whole = time.perf_counter() - start
     return {"device": kind, "taps": len(taps), "tapped_MB": tapped_bytes / 1e6, "variants": variants,
             "plain_ms": plain * 1e3, "plain_again_ms": plain_again * 1e3, "ops": len(trace.graph),
             "runs": runs, "trace_s": whole, "n_plain_steps_s": runs * plain,
-            "trace_over_plain_steps": whole / (runs * plain)}
+            "trace_over_plain_steps": whole / (runs * plain) if whole else None}
 
 
 def _bytes(graph, tid: str) -> int:
@@ -157,7 +159,7 @@ def main() -> None:
     p.add_argument("--script", type=Path, default=ROOT / "examples" / "bert_like.py")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"])
     p.add_argument("--repeats", type=int, default=30)
-    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--runs", type=int, default=5, help="runs of the whole `opbisect trace` timed last (0: none)")
     p.add_argument("--debugger-repeats", type=int, default=10,
                    help="timed steps under FULL_TENSOR, which writes every tensor to disk (other modes: --repeats)")
     p.add_argument("--debugger-timeout", type=float, default=300, help="seconds for each debugger mode's process")
@@ -214,8 +216,9 @@ def main() -> None:
         else:
             print(f"{'TF Debugger V2 ' + d['mode']:<44}{d['debugger_ms']:>10.2f}{d['ratio']:>8.2f}"
                   f"   (its own plain step: {d['plain_ms']:.2f} ms)")
-    print(f"whole `opbisect trace --runs {c['runs']}`: {c['trace_s']:.1f} s = {c['trace_over_plain_steps']:.0f}x "
-          f"the {c['runs']} plain steps it examines ({c['n_plain_steps_s'] * 1e3:.0f} ms)")
+    if c["trace_s"] is not None:
+        print(f"whole `opbisect trace --runs {c['runs']}`: {c['trace_s']:.1f} s = {c['trace_over_plain_steps']:.0f}x "
+              f"the {c['runs']} plain steps it examines ({c['n_plain_steps_s'] * 1e3:.0f} ms)")
     if a.json:
         a.json.write_text(json.dumps(result, indent=2))
 
