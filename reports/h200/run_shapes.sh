@@ -18,6 +18,7 @@
 #   bash reports/h200/run_shapes.sh lean      # lean taps (element-wise outputs derived, not tapped): capture timed
 #                                             # with them and with every tensor, twice (the first profiled), the
 #                                             # sources both ways from one set of digests, then BERT-base mixed
+#   bash reports/h200/run_shapes.sh leanquick # the lean capture alone, twice, no whole trace: for a short lease
 #   bash reports/h200/run_shapes.sh mixedfix  # opbisect fix of BERT-base mixed, from the script (a card whose
 #                                             # sources the H200's patch does not cover)
 # with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
@@ -89,4 +90,9 @@ case $PHASE in
         done
         OPBISECT_BERT=base verify bert_like_fit_mixed 500 ;;
   mixedfix) OPBISECT_BERT=base fixed bert_like_fit_mixed 900 ;;  # where the H200's patch does not hold (an H100)
+  leanquick) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"  # 3 minutes
+             for n in 1 2; do
+               OPBISECT_BERT=base run "capture_lean_$n" 300 python3 benchmarks/capture_overhead.py --device gpu \
+                 --repeats 30 --runs 0 --fingerprints fused --taps lean,all
+             done ;;
 esac
