@@ -82,7 +82,7 @@ def measure_capture(script: Path, device: str, repeats: int, runs: int, choices:
     variants = {}
     for named, choice, group in [(n, c, g) for n in sets for c in choices
                                  for g in (side_groups if c == fingerprint.SIDE_STREAM else [0])]:
-        fp, _ = fingerprint.for_trace(trace, kind, choice)
+        fp, _ = capture.fingerprinter_for(trace, kind, choice)
         key = (f"{fp.key}, {group} a node" if group else fp.key) + (", every tensor" if named == "all" else "")
         builder.SIDE_GROUP = group or builder.SIDE_GROUP  # taps a side-stream node reads: one form per --side-groups
         inst = capture.build(trace, sets[named], fp)
@@ -94,7 +94,7 @@ def measure_capture(script: Path, device: str, repeats: int, runs: int, choices:
         variants[key] = {"name": fp.name, "ms": seconds * 1e3, "ratio": seconds / plain, "first_call_s": first,
                          "taps": len(sets[named]), "tapped_MB": sum(_bytes(trace.graph, t) for t in sets[named]) / 1e6}
     # The re-imported step with no tap: what the GraphDef round trip costs, apart from fingerprinting.
-    bare = capture.build(trace, [], fingerprint.for_trace(trace, kind)[0])
+    bare = capture.build(trace, [], capture.fingerprinter_for(trace, kind)[0])
     steps["no taps"] = lambda: bare(args)
     seconds = timed(steps["no taps"], repeats, sync_outputs, warmup=4)
     variants["no taps"] = {"name": "the step re-imported from its GraphDef, nothing tapped", "ms": seconds * 1e3,

@@ -21,11 +21,11 @@ from capture_overhead import ROOT, _bytes, setup, sync_outputs  # noqa: E402,F40
 
 def fingerprints_of_every_tensor(trace, args, kind: str, runs: int) -> tuple[list[str], list[list[int]]]:
     """Every tensor's digest in each of `runs` runs, each from the variables' values before the first."""
-    from opbisect.capture import builder, fingerprint
+    from opbisect.capture import builder
     from opbisect.capture import taps as capture
 
     every = builder.tappable_tensors(dataclasses.replace(trace, tap_every=True, tappable={}))[0]
-    inst = capture.build(trace, every, fingerprint.for_trace(trace, kind)[0])
+    inst = capture.build(trace, every, capture.fingerprinter_for(trace, kind)[0])
     start = {k: v.numpy() for k, v in trace.variables.items()}
     fps = []
     for _ in range(runs):

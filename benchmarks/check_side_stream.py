@@ -78,7 +78,7 @@ def whole_step(tf, fingerprint, args, kind: str) -> bool:
     start = Snapshot(trace.variables)  # every call from the same state (the step has no random op)
     vectors = {}
     for choice in ("fused", fingerprint.SIDE_STREAM):
-        fp, _ = fingerprint.for_trace(trace, kind, choice)
+        fp, _ = capture.fingerprinter_for(trace, kind, choice)
         inst = capture.build(trace, taps, fp)
         vectors[choice] = []
         for _ in range(calls):

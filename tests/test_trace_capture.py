@@ -335,9 +335,9 @@ def test_weighted_sums_grouped_by_size_are_each_tensors_own_digest(jit):
 def test_fused_op_computes_the_weighted_sum_definition_on_every_dtype():
     fused, note = fingerprint.for_device("cpu", choice="fused")  # builds the op's CPU kernel here
     assert fused.fused and note == ""
-    size = fingerprint.FUSED_ON_CPU_FROM_OPS  # the default on a CPU: farmhash below this size, the fused op from it
-    assert fingerprint.for_device("cpu", ops=size - 1)[0].key == "farmhash"
-    assert fingerprint.for_device("cpu", ops=size)[0].key == "fused"
+    size = fingerprint.FUSED_ON_CPU_FROM_TAPS  # the default on a CPU: farmhash under this many taps, then the op
+    assert fingerprint.for_device("cpu", taps=size - 1)[0].key == "farmhash"
+    assert fingerprint.for_device("cpu", taps=size)[0].key == "fused"
     rng = np.random.default_rng(0)
     tensors = [tf.constant(rng.standard_normal(20000).astype(np.float32)), tf.constant(np.uint8([200, 3])),
                tf.constant([True, False]), tf.constant(rng.standard_normal(7), tf.bfloat16),
@@ -534,7 +534,7 @@ def test_where_the_fused_op_cannot_be_built_a_gpu_falls_back_to_the_weighted_sum
     request.addfinalizer(kernels._module.cache_clear)
     fp, note = fingerprint.for_device("gpu")
     assert fp.key == "wsum" and "could not be built" in note
-    fp, note = fingerprint.for_device("cpu", ops=fingerprint.FUSED_ON_CPU_FROM_OPS)  # a large step on a CPU
+    fp, note = fingerprint.for_device("cpu", taps=fingerprint.FUSED_ON_CPU_FROM_TAPS)  # a large step on a CPU
     assert fp.key == "farmhash" and "could not be built" in note
     with pytest.raises(kernels.BuildError):
         fingerprint.for_device("cpu", choice="fused")  # no g++ on this PATH: the CPU build fails, and says so

@@ -2,13 +2,13 @@
 
 This module is the device seam: everything device-specific about capture is choosing a Fingerprinter.
 
-- `FarmhashFingerprinter` (CPU, the default on steps under FUSED_ON_CPU_FROM_OPS): `tf.fingerprint` over each
+- `FarmhashFingerprinter` (CPU, the default under FUSED_ON_CPU_FROM_TAPS taps): `tf.fingerprint` over each
   tensor's bytes; CPU kernel only.
 - `WeightedSumFingerprinter` (any device; under XLA): the sum over elements of (bits as int64) x (an odd,
   position-dependent weight), wrapping mod 2^64. Integer addition wraps and commutes, so the result does not
   depend on the order a parallel reduction adds in; any single-element change moves it (an odd weight is
   invertible mod 2^64), and it never leaves the device.
-- `FusedFingerprinter` (GPU; CPU steps from FUSED_ON_CPU_FROM_OPS ops): the same function through one custom op
+- `FusedFingerprinter` (GPU; CPU steps from FUSED_ON_CPU_FROM_TAPS taps): the same function through one custom op
   over many tensors (opbisect/kernels, compiled on first use and cached): one CUDA launch per 96 tensors instead
   of several TensorFlow kernels per tensor, and on a CPU one node per group of taps instead of two per tap.
 
@@ -215,20 +215,21 @@ class FusedFingerprinter(Fingerprinter):
         return self.module.opbisect_await_digests([digests])[0] if self.side_stream else digests
 
 
-# From this many ops a CPU step is fingerprinted by the fused op (one node per group of taps) instead of farmhash
-# (two nodes per tap): at 8.4k ops `opbisect trace --runs 5` took 47 s instead of 65 s (grappler and the first
-# call of a tapped graph a third the size; benchmarks/README.md, Scale). Below it there is little to gain, and a
-# first build of the op costs about 25 s of compiling (once per machine: it is cached).
-FUSED_ON_CPU_FROM_OPS = 2000
+# From this many taps a CPU step is fingerprinted by the fused op (one node per group of taps) instead of farmhash
+# (two nodes per tap): at 8.4k ops, every one tapped, `opbisect trace --runs 5` took 47 s instead of 65 s (grappler
+# and the first call of a tapped graph a third the size; benchmarks/README.md, Scale). Below it farmhash is the
+# cheaper call: its digests run on every core, the op's on one thread of them (the BERT-like step's 183 lean taps,
+# 2-core CPU: 1.02x against 1.40x the plain step); and a first build of the op costs about 25 s of compiling.
+FUSED_ON_CPU_FROM_TAPS = 2000
 SIDE_STREAM = "fused-side"  # the fused op reading on a second CUDA stream (FusedFingerprinter.side_stream)
 
 
-def for_device(device: str, jit: bool = False, choice: str = "auto", ops: int = 0) -> tuple[Fingerprinter, str]:
+def for_device(device: str, jit: bool = False, choice: str = "auto", taps: int = 0) -> tuple[Fingerprinter, str]:
     """The fingerprinter for a device kind ('cpu' or 'gpu') and a note on the choice.
 
     `jit`: the step compiles with XLA, so capture must too (no farmhash, no custom op: the weighted sum in
-    TensorFlow ops). `choice` forces one: farmhash, wsum, fused or fused-side (SIDE_STREAM). `ops`: the step's size,
-    which picks the fused op on a CPU from FUSED_ON_CPU_FROM_OPS.
+    TensorFlow ops). `choice` forces one: farmhash, wsum, fused or fused-side (SIDE_STREAM). `taps`: how many
+    tensors capture fingerprints, which picks the fused op on a CPU from FUSED_ON_CPU_FROM_TAPS.
     """
     from ..kernels import BuildError
 
@@ -236,7 +237,7 @@ def for_device(device: str, jit: bool = False, choice: str = "auto", ops: int = 
         return FarmhashFingerprinter(), ""
     if choice == "wsum" or jit:
         return WeightedSumFingerprinter(), ("the step compiles with XLA" if jit and choice != "wsum" else "")
-    large_cpu_step = device == "cpu" and ops >= FUSED_ON_CPU_FROM_OPS
+    large_cpu_step = device == "cpu" and taps >= FUSED_ON_CPU_FROM_TAPS
     if choice == SIDE_STREAM:  # not a command-line choice until a GPU has measured it (benchmarks/README.md)
         return FusedFingerprinter(cuda=device == "gpu", side_stream=True), ""
     if choice == "fused" or device == "gpu" or large_cpu_step:
@@ -249,8 +250,3 @@ def for_device(device: str, jit: bool = False, choice: str = "auto", ops: int = 
             fallback = FarmhashFingerprinter() if large_cpu_step else WeightedSumFingerprinter()
             return fallback, f"the fused op could not be built ({first}): fell back"
     return FarmhashFingerprinter(), ""
-
-
-def for_trace(trace, device: str, choice: str = "auto") -> tuple[Fingerprinter, str]:
-    """for_device for a traced step: its XLA compilation and its size decide with the device."""
-    return for_device(device, jit=bool(trace.jit_compile), choice=choice, ops=len(trace.graph))

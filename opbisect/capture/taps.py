@@ -24,7 +24,7 @@ from ..ir.ids import TensorRef
 from ..tfcompat import grappler_options, read_now
 from ..trace.trace import Trace
 from .builder import PREFIX, GraphDefBuilder, digest_vector, tap_specs, tappable_tensors
-from .fingerprint import Fingerprinter
+from .fingerprint import Fingerprinter, for_device
 from .regions import Rebuild, empty_matrices, read_rows, rewrite_control_flow, slot_zeros
 
 
@@ -147,6 +147,12 @@ def build(trace: Trace, taps: list[str], fingerprinter: Fingerprinter, full: lis
     return Instrumented(taps=list(taps), full=list(full), fn=fn, trace=trace, regions=regions, slots=slots,
                         region_taps={r: tappable_tensors(trace, r)[0] for r in regions},
                         layout=None if layout is None else np.asarray(layout), values=values)
+
+
+def fingerprinter_for(trace: Trace, device: str, choice: str = "auto") -> tuple[Fingerprinter, str]:
+    """fingerprint.for_device for a traced step: its XLA compilation and how many tensors capture taps decide with
+    the device."""
+    return for_device(device, jit=bool(trace.jit_compile), choice=choice, taps=len(tappable_tensors(trace)[0]))
 
 
 EAGER_STATE_CALLS = 100  # as snapshot.EAGER_RESTORES: where tracing the function has paid for itself

@@ -6,7 +6,7 @@
       trace_step                   trace/trace.py
       seeded.restarted             each seeded stateful random op started anew every run (execute/seeded.py)
       patched                      `trace --patch`: the chosen ops replaced, the step traced again
-      fingerprint.for_trace        capture/fingerprint.py
+      taps.fingerprinter_for       capture/taps.py (capture/fingerprint.py)
       restored, Snapshot           the state restored before every run (execute/snapshot.py)
 """
 
@@ -88,10 +88,9 @@ def _intercepted(caught) -> list[Finding]:
 def _fingerprinted(step: Prepared, fingerprint: str, starting: dict | None) -> Prepared:
     """The prepared step with its fingerprinters, the state as the script created it, and the state restored before
     every run (`starting` written into it)."""
-    from ..capture import fingerprint as fingerprints
     from ..capture import taps
 
-    fp, note = fingerprints.for_trace(step.trace, step.kind, fingerprint)
+    fp, note = taps.fingerprinter_for(step.trace, step.kind, fingerprint)
     if note:
         step.findings.append(Finding("note", f"fingerprint: {fp.name}, because {note}"))
     state_fps = taps.make_state_fingerprinter(step.trace.variables, fp)
