@@ -216,11 +216,11 @@ class FusedFingerprinter(Fingerprinter):
 
 
 # From this many taps a CPU step is fingerprinted by the fused op (one node per group of taps) instead of farmhash
-# (two nodes per tap): at 8.4k ops, every one tapped, `opbisect trace --runs 5` took 47 s instead of 65 s (grappler
-# and the first call of a tapped graph a third the size; benchmarks/README.md, Scale). Below it farmhash is the
-# cheaper call: its digests run on every core, the op's on one thread of them (the BERT-like step's 183 lean taps,
-# 2-core CPU: 1.02x against 1.40x the plain step); and a first build of the op costs about 25 s of compiling.
-FUSED_ON_CPU_FROM_TAPS = 2000
+# (two nodes per tap): grappler and the first call see a tapped graph a third the size. Measured on the 2-core CPU
+# with lean taps: a 400-layer MLP's 1,602 taps, whole `opbisect trace --runs 5` 19.3 s with the op against 22.4-26.1
+# s with farmhash; the BERT-like step's 183 large taps, a call 1.02x the plain step with farmhash against 1.40x with
+# the op (farmhash's digests run on every core, the op's on one thread). Between the two, a guess: 500.
+FUSED_ON_CPU_FROM_TAPS = 500
 SIDE_STREAM = "fused-side"  # the fused op reading on a second CUDA stream (FusedFingerprinter.side_stream)
 
 
