@@ -95,10 +95,12 @@ class _Comparer:
         g = self.graph
         for op in g.topo_order():
             untapped = [t for t in g.outputs(op) + g.states(op) if t not in self.differs]
+            if not untapped:
+                continue
             inputs = g.data_inputs(op)
-            if untapped and optypes.has(g.op_type(op), optypes.PORTWISE) and len(inputs) == len(g.outputs(op)):
+            if optypes.has(g.op_type(op), optypes.PORTWISE) and len(inputs) == len(g.outputs(op)):
                 self.differs.update({t: self.tensor_differs(inputs[TensorRef.parse(t).port]) for t in untapped})
-            elif untapped:
+            else:
                 seen = any(self.tensor_differs(t) for t in inputs) or \
                     any(self.reads_differing_state(op, var) for _, var in g.resources(op))
                 self.differs.update(dict.fromkeys(untapped, seen))

@@ -15,9 +15,6 @@ from ..trace.trace import Trace
 from .fingerprint import tappable
 
 PREFIX = "opbisect_capture"  # node names of capture nodes
-# FUSED op types a plain (non-XLA) kernel may still compute in an order it chooses: tapped outside XLA. A large AddN
-# on the CPU sums its inputs in thread-finish order (seen varying; README, CPU races); XLA adds them in their order.
-ORDERED_BY_XLA_ONLY = frozenset({"AddN"})
 WORKSPACE = "workspace"  # the skipped count of outputs whose bytes have no defined value (optypes.workspace)
 FAN_IN = 32  # grappler slows down sharply on nodes with thousands of inputs: pack in a tree
 
@@ -65,16 +62,17 @@ def derived(trace: Trace, tid: str) -> bool:
 
 
 def derived_op(trace: Trace, op: str) -> bool:
-    """Under XLA every FUSED op (the compiled step writes none of them out). Outside it, the FUSED ops but AddN and
-    the COARSE ones (a shape, a predicate, a part of the input: tapped, their outputs are small): what compare
-    derives for an untapped output, "differs where what feeds it differs", is then exact but where a difference
-    vanishes inside one op (a Relu of values below zero, a mask of zeros), and there it only counts a tensor after a
-    source as differing (which the source's 'ops after it' counts) or hides a second source right after it (which
-    fix's next round finds, as it finds every source the first hides)."""
+    """Under XLA every FUSED op (the compiled step writes none of them out). Outside it, the FUSED ops but the
+    THREAD_ORDER (AddN) and COARSE ones (a shape, a predicate, a part of the input: tapped, their outputs are
+    small): what compare derives for an untapped output, "differs where what feeds it differs", is then exact but
+    where a difference vanishes inside one op (a Relu of values below zero, a mask of zeros), and there it only
+    counts a tensor after a source as differing (which the source's 'ops after it' counts) or hides a second source
+    right after it (which fix's next round finds, as it finds every source the first hides)."""
     op_type = trace.graph.op_type(op)
     if trace.tap_every or not optypes.has(op_type, optypes.FUSED):
         return False
-    return bool(trace.jit_compile) or not (op_type in ORDERED_BY_XLA_ONLY or optypes.has(op_type, optypes.COARSE))
+    return bool(trace.jit_compile) or not (optypes.has(op_type, optypes.THREAD_ORDER) or
+                                           optypes.has(op_type, optypes.COARSE))
 
 
 class GraphDefBuilder:

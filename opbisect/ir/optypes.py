@@ -13,9 +13,10 @@ Every rule that depends on an op's type reads this table (as JAX's rule tables a
   assignments; no reduction, no atomics, so its inputs and the state it reads fix its result bit for bit), COARSE
   (FUSED ops whose output can stay the same when their input differs, by what they compute: a shape, a predicate,
   a rounding, a part of the input; capture taps them where it derives the rest of FUSED, so that a difference
-  that vanishes through one does not hide a source after it), PORTWISE (output k is input k: what differs in
-  one does not reach the others), and the tf.data roles PARALLEL_DATASET and
-  SHUFFLE_DATASET;
+  that vanishes through one does not hide a source after it), THREAD_ORDER (FUSED ops a plain kernel may compute
+  in the order its threads finish: a large AddN on a CPU, seen varying; XLA adds in order, so capture derives
+  them under XLA and taps them outside it), PORTWISE (output k is input k: what differs in one does not reach the
+  others), and the tf.data roles PARALLEL_DATASET and SHUFFLE_DATASET;
 - remedy: one line on what to do when an op of this type is a source;
 - generator: for a stateful random op, the stateless op that draws the very same numbers from the key and counter
   that RngReadAndSkip reads from a state variable and moves on (as tf.random.Generator draws: Philox, state
@@ -33,7 +34,7 @@ import dataclasses
 READ, RANDOM, INPUT, CONTROL_FLOW, CALL = "read", "random", "input", "control_flow", "call"
 COMMUTATIVE, CONVOLUTION, PYTHON = "commutative", "convolution", "python"
 PARALLEL_DATASET, SHUFFLE_DATASET, RNG_STATE = "parallel_dataset", "shuffle_dataset", "rng_state"
-COLLECTIVE, FUSED, COARSE, PORTWISE = "collective", "fused", "coarse", "portwise"
+COLLECTIVE, FUSED, COARSE, PORTWISE, THREAD_ORDER = "collective", "fused", "coarse", "portwise", "thread_order"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +137,7 @@ _ROLES: dict[str, tuple[str, ...]] = {
              "GreaterEqual", "Equal", "NotEqual", "LogicalAnd", "LogicalOr", "LogicalNot", "IsFinite", "IsNan", "Sign",
              "Floor", "Ceil", "Round", "FloorDiv", "FloorMod", "StridedSlice", "Slice", "Split", "SplitV", "Unpack"),
     PORTWISE: ("IdentityN",),
+    THREAD_ORDER: ("AddN",),
     PARALLEL_DATASET: ("ParallelMapDataset", "ParallelMapDatasetV2", "ParallelInterleaveDatasetV2",
                        "ParallelInterleaveDatasetV3", "ParallelInterleaveDatasetV4", "ParallelBatchDataset",
                        "MapAndBatchDataset", "ParallelFilterDataset"),
