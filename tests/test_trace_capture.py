@@ -76,6 +76,24 @@ inputs = (tf.ones([4, 8]),)
 """
 
 
+def test_tap_every_tensor_counts_every_tap_when_the_cpu_digest_is_chosen(tmp_path, monkeypatch):
+    # A CPU step takes the fused op from FUSED_ON_CPU_FROM_TAPS taps: with --tap-every-tensor the count is of every
+    # tensor, not of the lean taps (a step between the two counts took farmhash with every tensor tapped).
+    from opbisect.execute.prepared import prepare
+    from opbisect.settings import TraceSettings
+    from opbisect.targets.loader import importable
+
+    trace, _ = traced(tmp_path, PLANTED)
+    lean, full = len(builder.tappable_tensors(trace)[0]), len(every_tensor(trace))
+    assert lean < full
+    monkeypatch.setattr(fingerprint, "FUSED_ON_CPU_FROM_TAPS", full)
+    path = tmp_path / "model_step.py"
+    with importable(path):
+        chosen = {every: prepare(TraceSettings(script=path, device="cpu", tap_every=every)).fingerprinter.key
+                  for every in (False, True)}
+    assert chosen == {False: "farmhash", True: "fused"}
+
+
 def test_element_wise_outputs_left_untapped_give_the_sources_every_tensor_tapped_gives(tmp_path):
     # What lean taps rest on: an element-wise op's inputs fix its output, so compare derives whether it differs
     # from what feeds it. Fingerprints of every tensor, compared whole and with the element-wise ones left out:

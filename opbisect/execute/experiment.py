@@ -57,8 +57,6 @@ class Experiment:
                              "kept in step across workers yet")
         self.findings = step.findings + preflight.checks(step.trace, step.target)
         lap("check the graph")
-        if settings.tap_every and not step.trace.tap_every:
-            step.trace.tap_every, step.trace.tappable = True, {}
         self.taps, self.skipped = builder.tappable_tensors(step.trace)
         tapped = set(self.taps)
         self.results = [t for t in result_tensors(step.trace) if t in tapped or builder.derived(step.trace, t)]

@@ -69,6 +69,8 @@ def prepare(options, setup: Callable[[Any], None] = lambda tf: None, lap: Callab
     target, trace, restart = restarted(target, trace)
     lap("trace")
     target, trace, replaced, findings = patched(options.patch, target, trace)
+    if getattr(options, "tap_every", False):  # trace's --tap-every-tensor: before the taps' count picks the digest
+        trace.tap_every, trace.tappable = True, {}
     findings += _intercepted(target.intercepted)
     return _fingerprinted(Prepared(tf=tf, kind=kind, target=target, trace=trace, restart=restart, fingerprinter=None,
                                    restored={}, state_fps=None, value_fps=None, initial_state={}, findings=findings,
