@@ -19,6 +19,9 @@
 #                                             # with them and with every tensor, twice (the first profiled), the
 #                                             # sources both ways from one set of digests, then BERT-base mixed
 #   bash reports/h200/run_shapes.sh leanquick # the lean capture alone, twice, no whole trace: for a short lease
+#   bash reports/h200/run_shapes.sh leansweep # one lease: the lean capture twice, then the sweep of the ops whose
+#                                             # rows carry no reason yet (8 copies a call, each row over 1.05x
+#                                             # profiled), then on an H200 BERT-base mixed's verify
 #   bash reports/h200/run_shapes.sh mixedfix  # opbisect fix of BERT-base mixed, from the script (a card whose
 #                                             # sources the H200's patch does not cover)
 # with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
@@ -95,4 +98,13 @@ case $PHASE in
                OPBISECT_BERT=base run "capture_lean_$n" 300 python3 benchmarks/capture_overhead.py --device gpu \
                  --repeats 30 --runs 0 --fingerprints fused --taps lean,all
              done ;;
+  leansweep) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+             for n in 1 2; do
+               OPBISECT_BERT=base run "capture_lean_$n" 300 python3 benchmarks/capture_overhead.py --device gpu \
+                 --repeats 30 --runs 0 --fingerprints fused --taps lean,all
+             done
+             run sweep 560 python3 benchmarks/patch_sweep.py --device gpu --ops "$SWEPT_AGAIN" --profile-over 1.05 \
+               --json "$R/sweep.json" --plot "$R/sweep.png"
+             # the H200's patch holds on an H200 only (an H100 gave 3 results in 10 with it: ../../h100/shapes)
+             if grep -q H200 "$R/gpu.txt"; then OPBISECT_BERT=base verify bert_like_fit_mixed 400; fi ;;
 esac
