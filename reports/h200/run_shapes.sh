@@ -22,6 +22,8 @@
 #   bash reports/h200/run_shapes.sh leansweep # one lease: the lean capture twice, then the sweep of the ops whose
 #                                             # rows carry no reason yet (8 copies a call, each row over 1.05x
 #                                             # profiled), then on an H200 BERT-base mixed's verify
+#   bash reports/h200/run_shapes.sh leanonly  # the lean capture alone twice, every tensor not timed: the least
+#                                             # device time that answers issue 42's capture goal (about 3 minutes)
 #   bash reports/h200/run_shapes.sh mixedfix  # opbisect fix of BERT-base mixed, from the script (a card whose
 #                                             # sources the H200's patch does not cover)
 # with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
@@ -98,6 +100,11 @@ case $PHASE in
                OPBISECT_BERT=base run "capture_lean_$n" 300 python3 benchmarks/capture_overhead.py --device gpu \
                  --repeats 30 --runs 0 --fingerprints fused --taps lean,all
              done ;;
+  leanonly) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+            for n in 1 2; do
+              OPBISECT_BERT=base run "capture_lean_$n" 200 python3 benchmarks/capture_overhead.py --device gpu \
+                --repeats 30 --runs 0 --fingerprints fused --taps lean
+            done ;;
   leansweep) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
              for n in 1 2; do
                OPBISECT_BERT=base run "capture_lean_$n" 300 python3 benchmarks/capture_overhead.py --device gpu \
