@@ -5,6 +5,8 @@
 #   bash reports/h200/background.sh wait SECONDS [DIR] # waits until it ends or SECONDS pass, copies the packs to $OUT;
 #                                                      # DIR (its results so far, unfinished reports too) as live.tgz
 # A lease can end before the run does: pass DIR to every wait, so that what it reached comes back.
+# Keep each wait short (120-150 s): a machine that stops answering during a wait returns nothing of it (on
+# 2026-12-05 one went during a wait of 540 s, 700 s of device time in, and none of the run came back).
 # Its output is /root/background.log, its exit code /root/background.rc once it has ended.
 set -u
 case $1 in
