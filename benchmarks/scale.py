@@ -12,6 +12,12 @@ Both are wall times of the whole process. The record's `meta.timings` says where
 
 With --script the plain process loads the target as opbisect does (the model/data form: the model's own train
 step) and calls its step 16 times on its inputs.
+
+    .venv/bin/python benchmarks/scale.py --layers 40 100 200 400 --fingerprints farmhash,fused --repeats 3
+
+--fingerprints traces each script once per choice (`opbisect trace --fingerprint`), the median of --repeats each:
+where a CPU step's digest should change from farmhash to the fused op (capture/fingerprint.py,
+FUSED_ON_CPU_FROM_TAPS), by the lean taps each step has (the taps column).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -89,13 +96,17 @@ def wall(argv: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def measure(script: Path, tmp: Path, device: str, plain_code: str) -> dict:
+def measure(script: Path, tmp: Path, device: str, plain_code: str, choice: tuple[str, int] = ("auto", 1)) -> dict:
+    """The plain process once, then `opbisect trace` with `choice` (its --fingerprint, how many traces: the median)."""
+    fingerprint, repeats = choice
     plain = wall([sys.executable, "-c", plain_code, str(script), device])
-    ours = wall([sys.executable, "-m", "opbisect", "trace", str(script), "--runs", "5", "--no-replay",
-                 "--no-progress", "--device", device, "--out", str(tmp)])
+    ours = statistics.median(wall([sys.executable, "-m", "opbisect", "trace", str(script), "--runs", "5",
+                                   "--no-replay", "--no-progress", "--device", device, "--out", str(tmp),
+                                   "--fingerprint", fingerprint]) for _ in range(repeats))
     record = json.loads((tmp / script.stem / "record.json").read_text())
     return {"script": script.name, "ops": record["meta"]["ops"], "plain_s": plain, "opbisect_s": ours,
-            "ratio": ours / plain, "timings": record["meta"]["timings"], "device": record["meta"]["device"]}
+            "ratio": ours / plain, "timings": record["meta"]["timings"], "device": record["meta"]["device"],
+            "taps": len(record["analyses"][0]["instrumented"]["taps"]), "fingerprint": record["meta"]["fingerprint"]}
 
 
 def main() -> None:
@@ -103,9 +114,12 @@ def main() -> None:
     parser.add_argument("--layers", type=int, nargs="+", default=[40, 400])
     parser.add_argument("--script", type=Path, nargs="+", help="target scripts instead of the deep MLP")
     parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    parser.add_argument("--fingerprints", default="auto", help="comma-separated --fingerprint choices, each traced")
+    parser.add_argument("--repeats", type=int, default=1, help="traces of each script and choice: their median")
     args = parser.parse_args()
-    print("| step | ops | device | plain process s | opbisect trace --runs 5 s | ratio | largest stages (s) |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | --- |")
+    print("| step | ops | taps | fingerprint | device | plain process s | opbisect trace --runs 5 s | ratio | "
+          "largest stages (s) |")
+    print("| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         if args.script:
             cases = [(script.resolve(), PLAIN_TARGET) for script in args.script]
@@ -116,11 +130,12 @@ def main() -> None:
                 script.write_text(SCRIPT.format(layers=layers))
                 cases.append((script, PLAIN))
         for script, plain_code in cases:
-            r = measure(script, Path(tmp), args.device, plain_code)
-            top = sorted(r["timings"].items(), key=lambda kv: -kv[1])[:3]
-            stages = "; ".join(f"{k} {v:.1f}" for k, v in top)
-            print(f"| {r['script']} | {r['ops']} | {r['device']} | {r['plain_s']:.1f} | {r['opbisect_s']:.1f} | "
-                  f"{r['ratio']:.2f} | {stages} |", flush=True)
+            for fingerprint in args.fingerprints.split(","):
+                r = measure(script, Path(tmp), args.device, plain_code, (fingerprint, args.repeats))
+                top = sorted(r["timings"].items(), key=lambda kv: -kv[1])[:3]
+                stages = "; ".join(f"{k} {v:.1f}" for k, v in top)
+                print(f"| {r['script']} | {r['ops']} | {r['taps']} | {r['fingerprint']} | {r['device']} | "
+                      f"{r['plain_s']:.1f} | {r['opbisect_s']:.1f} | {r['ratio']:.2f} | {stages} |", flush=True)
 
 
 if __name__ == "__main__":

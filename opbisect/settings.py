@@ -58,7 +58,8 @@ def _device():
 
 
 def _fingerprint():
-    return option("auto", "auto: farmhash on CPU, the fused op on GPU, the weighted sum under XLA",
+    return option("auto", "auto: farmhash for a small CPU step, the fused op for a large one and on a GPU, the "
+                          "weighted sum under XLA",
                   choices=FINGERPRINTS)
 
 
