@@ -13,11 +13,11 @@ Both are wall times of the whole process. The record's `meta.timings` says where
 With --script the plain process loads the target as opbisect does (the model/data form: the model's own train
 step) and calls its step 16 times on its inputs.
 
-    .venv/bin/python benchmarks/scale.py --layers 40 100 200 400 --fingerprints farmhash,fused --repeats 3
+    .venv/bin/python benchmarks/scale.py --layers 25 60 125 250 400 --fingerprints farmhash,fused --repeats 5
 
---fingerprints traces each script once per choice (`opbisect trace --fingerprint`), the median of --repeats each:
-where a CPU step's digest should change from farmhash to the fused op (capture/fingerprint.py,
-FUSED_ON_CPU_FROM_TAPS), by the lean taps each step has (the taps column).
+--fingerprints traces each script with each choice (`opbisect trace --fingerprint`): the plain process and every
+choice in turn, --repeats rounds, the median of each. It shows where a CPU step's digest should change from
+farmhash to the fused op (capture/fingerprint.py, FUSED_ON_CPU_FROM_TAPS), by the lean taps each step has.
 """
 
 from __future__ import annotations
@@ -96,14 +96,23 @@ def wall(argv: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def measure(script: Path, tmp: Path, device: str, plain_code: str, choice: tuple[str, int] = ("auto", 1)) -> dict:
-    """The plain process once, then `opbisect trace` with `choice` (its --fingerprint, how many traces: the median)."""
-    fingerprint, repeats = choice
-    plain = wall([sys.executable, "-c", plain_code, str(script), device])
-    ours = statistics.median(wall([sys.executable, "-m", "opbisect", "trace", str(script), "--runs", "5",
-                                   "--no-replay", "--no-progress", "--device", device, "--out", str(tmp),
-                                   "--fingerprint", fingerprint]) for _ in range(repeats))
-    record = json.loads((tmp / script.stem / "record.json").read_text())
+def measure(script: Path, tmp: Path, device: str, plain_code: str, choices: tuple = (("auto",), 1)) -> list[dict]:
+    """A row per --fingerprint choice: the plain process and `opbisect trace` with each choice in turn, `repeats`
+    rounds (each time the median): in turn, so that the machine's hour moves every choice alike."""
+    fingerprints, repeats = choices
+    times = {name: [] for name in ("plain", *fingerprints)}
+    for _ in range(repeats):
+        times["plain"].append(wall([sys.executable, "-c", plain_code, str(script), device]))
+        for fingerprint in fingerprints:
+            times[fingerprint].append(wall([sys.executable, "-m", "opbisect", "trace", str(script), "--runs", "5",
+                                            "--no-replay", "--no-progress", "--device", device,
+                                            "--out", str(tmp / fingerprint), "--fingerprint", fingerprint]))
+    plain = statistics.median(times["plain"])
+    return [_row(script, json.loads((tmp / f / script.stem / "record.json").read_text()), plain,
+                 statistics.median(times[f])) for f in fingerprints]
+
+
+def _row(script: Path, record: dict, plain: float, ours: float) -> dict:
     return {"script": script.name, "ops": record["meta"]["ops"], "plain_s": plain, "opbisect_s": ours,
             "ratio": ours / plain, "timings": record["meta"]["timings"], "device": record["meta"]["device"],
             "taps": len(record["analyses"][0]["instrumented"]["taps"]), "fingerprint": record["meta"]["fingerprint"]}
@@ -130,8 +139,8 @@ def main() -> None:
                 script.write_text(SCRIPT.format(layers=layers))
                 cases.append((script, PLAIN))
         for script, plain_code in cases:
-            for fingerprint in args.fingerprints.split(","):
-                r = measure(script, Path(tmp), args.device, plain_code, (fingerprint, args.repeats))
+            for r in measure(script, Path(tmp), args.device, plain_code,
+                             (args.fingerprints.split(","), args.repeats)):
                 top = sorted(r["timings"].items(), key=lambda kv: -kv[1])[:3]
                 stages = "; ".join(f"{k} {v:.1f}" for k, v in top)
                 print(f"| {r['script']} | {r['ops']} | {r['taps']} | {r['fingerprint']} | {r['device']} | "
