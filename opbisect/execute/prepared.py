@@ -52,7 +52,8 @@ class Prepared:
 
 def prepare(options, setup: Callable[[Any], None] = lambda tf: None, lap: Callable[[str], None] = lambda stage: None,
             starting: dict | None = None, contexts: tuple = ()) -> Prepared:
-    """The step `options` name (a command's settings: settings.StepOptions, its `patch` and `steps`), ready to run.
+    """The step `options` name (a command's settings: settings.StepOptions, its `patch` and `steps`, and trace's
+    `tap_every`), ready to run.
     `setup(tf)` runs right after TensorFlow is imported (process-wide switches); `starting` ({variable key: value})
     overwrites the script's values (a child of verify); `contexts` are held while the script runs (seeds pinned,
     the variables' making recorded). A script that defines no target runs as `python script ARGS` to its training
