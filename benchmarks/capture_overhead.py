@@ -60,11 +60,9 @@ def setup(script: Path, device: str):
 
 def tap_sets(trace, names: list[str]) -> dict[str, list[str]]:
     """The tensors each --taps choice taps: `lean` what opbisect trace taps, `all` every tensor (--tap-every-tensor)."""
-    import dataclasses
-
     from opbisect.capture import builder
 
-    every = dataclasses.replace(trace, tap_every=True, tappable={})
+    every = builder.every_tensor_tapped(trace)
     return {n: builder.tappable_tensors(every if n == "all" else trace)[0] for n in names}
 
 

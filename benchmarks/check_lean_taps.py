@@ -11,7 +11,6 @@ precision) as differing, so it may be larger.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ def fingerprints_of_every_tensor(trace, args, kind: str, runs: int) -> tuple[lis
     from opbisect.capture import builder
     from opbisect.capture import taps as capture
 
-    every = builder.tappable_tensors(dataclasses.replace(trace, tap_every=True, tappable={}))[0]
+    every = builder.tappable_tensors(builder.every_tensor_tapped(trace))[0]
     inst = capture.build(trace, every, capture.fingerprinter_for(trace, kind)[0])
     start = {k: v.numpy() for k, v in trace.variables.items()}
     fps = []

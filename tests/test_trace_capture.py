@@ -49,9 +49,7 @@ def traced(tmp_path, body):
 
 def every_tensor(trace) -> list[str]:
     """Every tensor worth tapping, element-wise outputs too (--tap-every-tensor)."""
-    import dataclasses
-
-    return builder.tappable_tensors(dataclasses.replace(trace, tap_every=True, tappable={}))[0]
+    return builder.tappable_tensors(builder.every_tensor_tapped(trace))[0]
 
 
 PLANTED = """

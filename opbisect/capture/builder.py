@@ -5,6 +5,7 @@ int64 vector (stamped per tap, fused per group, or a tree of concats). capture/t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from ..ir import optypes
@@ -54,6 +55,11 @@ def tappable_tensors(trace: Trace, region: str = "") -> tuple[list[str], dict[st
             taps.extend(graph.states(op))
     taps, skipped = trace.tappable.get(region, ([], {}))
     return list(taps), dict(skipped)
+
+
+def every_tensor_tapped(trace: Trace) -> Trace:
+    """The trace with every tensor tapped (--tap-every-tensor): element-wise outputs too, its tap cache empty."""
+    return dataclasses.replace(trace, tap_every=True, tappable={})
 
 
 def derived(trace: Trace, tid: str) -> bool:

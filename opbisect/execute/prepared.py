@@ -58,6 +58,7 @@ def prepare(options, setup: Callable[[Any], None] = lambda tf: None, lap: Callab
     overwrites the script's values (a child of verify); `contexts` are held while the script runs (seeds pinned,
     the variables' making recorded). A script that defines no target runs as `python script ARGS` to its training
     call."""
+    from ..capture import builder
     from ..targets.loader import load_target
     from ..trace.trace import trace_step
     from .seeded import restarted
@@ -71,7 +72,7 @@ def prepare(options, setup: Callable[[Any], None] = lambda tf: None, lap: Callab
     lap("trace")
     target, trace, replaced, findings = patched(options.patch, target, trace)
     if getattr(options, "tap_every", False):  # trace's --tap-every-tensor: before the taps' count picks the digest
-        trace.tap_every, trace.tappable = True, {}
+        trace = builder.every_tensor_tapped(trace)
     findings += _intercepted(target.intercepted)
     return _fingerprinted(Prepared(tf=tf, kind=kind, target=target, trace=trace, restart=restart, fingerprinter=None,
                                    restored={}, state_fps=None, value_fps=None, initial_state={}, findings=findings,
