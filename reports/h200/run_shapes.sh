@@ -24,6 +24,9 @@
 #                                             # profiled), then on an H200 BERT-base mixed's verify
 #   bash reports/h200/run_shapes.sh leanonly  # the lean capture alone twice, every tensor not timed: the least
 #                                             # device time that answers issue 42's capture goal (about 3 minutes)
+#   bash reports/h200/run_shapes.sh sweeponly # the sweep of SWEPT_AGAIN alone (8 copies a call, rows over 1.05x
+#                                             # profiled): on an H100 it ran past 560 s in the segment sums' rows
+#   bash reports/h200/run_shapes.sh sweeprest # the three op types sweeponly does not reach: the scatters, the resize
 #   bash reports/h200/run_shapes.sh mixedfix  # opbisect fix of BERT-base mixed, from the script (a card whose
 #                                             # sources the H200's patch does not cover)
 # with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
@@ -105,6 +108,12 @@ case $PHASE in
               OPBISECT_BERT=base run "capture_lean_$n" 200 python3 benchmarks/capture_overhead.py --device gpu \
                 --repeats 30 --runs 0 --fingerprints fused --taps lean
             done ;;
+  sweeponly) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+             run sweep 560 python3 benchmarks/patch_sweep.py --device gpu --ops "$SWEPT_AGAIN" --profile-over 1.05 \
+               --json "$R/sweep.json" --plot "$R/sweep.png" ;;
+  sweeprest) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+             run sweep 540 python3 benchmarks/patch_sweep.py --device gpu --profile-over 1.05 \
+               --ops ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad --json "$R/sweep.json" --plot "$R/sweep.png" ;;
   leansweep) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
              for n in 1 2; do
                OPBISECT_BERT=base run "capture_lean_$n" 300 python3 benchmarks/capture_overhead.py --device gpu \
