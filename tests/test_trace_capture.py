@@ -359,7 +359,10 @@ def test_fused_op_computes_the_weighted_sum_definition_on_every_dtype():
                tf.constant([True, False]), tf.constant(rng.standard_normal(7), tf.bfloat16),
                tf.constant(np.arange(5, dtype=np.int64) - 2), tf.constant([1 + 2j, 3 - 1j], tf.complex128),
                tf.constant([1 + 2j], tf.complex64), tf.zeros([0, 3]), tf.constant(np.float16([1.5, -2])),
-               tf.constant(np.uint64([2**63 + 5])), tf.constant(rng.standard_normal((3, 5)))]
+               tf.constant(np.uint64([2**63 + 5])), tf.constant(rng.standard_normal((3, 5))),
+               # several of the CPU kernel's pieces (65,536 words each), the last one partial, read on several threads
+               tf.constant(rng.standard_normal(3 * 65536 + 7).astype(np.float32)),
+               tf.constant(rng.integers(-128, 128, 2 * 65536 + 3).astype(np.int8))]
     reference = tf.function(lambda ts: fingerprint.WeightedSumFingerprinter().many(list(ts)))(tensors).numpy()
     assert np.array_equal(fused.many(tensors).numpy(), reference)
 

@@ -219,8 +219,9 @@ class FusedFingerprinter(Fingerprinter):
 # (two nodes per tap): grappler and the first call see a tapped graph a third the size. Measured on the 2-core CPU
 # with lean taps (benchmarks/README.md, Capture overhead): whole `opbisect trace --runs 5` of a deep MLP (small
 # tensors), farmhash against the op, 9.4 / 8.9 s at 102 taps, 13.7 / 11.9 at 502, 28.0 / 21.2 at 1,602; the
-# BERT-like step's 183 large taps, a call 1.02x the plain step with farmhash against 1.40x with the op (farmhash's
-# digests run on every core, the op's on one thread). At 500 the two are within 2 s on those steps either way.
+# BERT-like step's 183 large taps, a call 1.02x the plain step with farmhash against 1.40x with the op (then read on
+# one thread; read in pieces on every core since, the op alone still reads 16 MB tensors at 6.4-7.1 GB/s against
+# farmhash's 9.1-10.3). At 500 the two are within 2 s on those steps either way.
 FUSED_ON_CPU_FROM_TAPS = 500
 SIDE_STREAM = "fused-side"  # the fused op reading on a second CUDA stream (FusedFingerprinter.side_stream)
 
