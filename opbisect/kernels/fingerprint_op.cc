@@ -94,45 +94,48 @@ static uint64_t HostSum(const void* data, int width, int64_t begin, int64_t end)
 // kernels 9.1-10.3 (benchmarks/cpu/fingerprint_throughput_pieces.txt).
 constexpr int64_t kHostPiece = 1 << 16;
 
+struct Piece {  // words [begin, end) of input `tensor`
+  const void* data;
+  int width, tensor;
+  int64_t begin, end;
+};
+
+// Every input's words cut into pieces; each digest starts at its input's size term.
+static std::vector<Piece> Pieces(tf::OpKernelContext* c, std::vector<uint64_t>* digests) {
+  std::vector<Piece> pieces;
+  for (int i = 0; i < c->num_inputs(); ++i) {
+    const tf::Tensor& t = c->input(i);
+    int width;
+    int64_t words;
+    Words(t, &width, &words);
+    (*digests)[i] = static_cast<uint64_t>(words) * kSizeMix;
+    for (int64_t b = 0; b < words; b += kHostPiece) {
+      pieces.push_back(Piece{t.tensor_data().data(), width, i, b, std::min(words, b + kHostPiece)});
+    }
+  }
+  return pieces;
+}
+
 class FingerprintCpu : public tf::OpKernel {
  public:
   explicit FingerprintCpu(tf::OpKernelConstruction* c) : OpKernel(c) {}
   void Compute(tf::OpKernelContext* c) override {
     tf::Tensor* out = nullptr;
     OP_REQUIRES_OK(c, c->allocate_output(0, tf::TensorShape({c->num_inputs()}), &out));
-    std::vector<Piece> pieces;
     std::vector<uint64_t> digests(c->num_inputs());
-    for (int i = 0; i < c->num_inputs(); ++i) {
-      const tf::Tensor& t = c->input(i);
-      int width;
-      int64_t words;
-      Words(t, &width, &words);
-      digests[i] = static_cast<uint64_t>(words) * kSizeMix;
-      for (int64_t b = 0; b < words; b += kHostPiece) {
-        pieces.push_back(Piece{t.tensor_data().data(), width, i, b, std::min(words, b + kHostPiece)});
-      }
-    }
+    const std::vector<Piece> pieces = Pieces(c, &digests);
     // Each piece's sum lands in its own slot; adding the slots wraps and commutes, so the digests do not depend on
     // how the pool splits the pieces.
     std::vector<uint64_t> sums(pieces.size());
     auto read = [&pieces, &sums](int64_t first, int64_t last) {
-      for (int64_t k = first; k < last; ++k) {
-        const Piece& p = pieces[k];
-        sums[k] = HostSum(p.data, p.width, p.begin, p.end);
-      }
+      for (int64_t k = first; k < last; ++k) sums[k] = HostSum(pieces[k].data, pieces[k].width, pieces[k].begin,
+                                                               pieces[k].end);
     };
     c->device()->tensorflow_cpu_worker_threads()->workers->ParallelFor(pieces.size(), 2 * kHostPiece, read);
     for (size_t k = 0; k < pieces.size(); ++k) digests[pieces[k].tensor] += sums[k];
     auto flat = out->flat<int64_t>();
     for (int i = 0; i < c->num_inputs(); ++i) flat(i) = static_cast<int64_t>(digests[i]);
   }
-
- private:
-  struct Piece {
-    const void* data;
-    int width, tensor;
-    int64_t begin, end;
-  };
 };
 REGISTER_KERNEL_BUILDER(Name("OpbisectFingerprint").Device(tf::DEVICE_CPU), FingerprintCpu);
 
