@@ -346,6 +346,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", choices=("cpu", "gpu"), default="gpu")
     parser.add_argument("--scale", type=int, default=1, help="divide each case's first size by this (a CPU's run)")
     parser.add_argument("--ops", default="", help="comma-separated op types (default: all)")
+    parser.add_argument("--shapes", default="", help="comma-separated shape names (the table's shape column) to keep "
+                        "(default: all): the 1M-row bfloat16 segment sums take TensorFlow's kernel a second a call")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--copies", type=int, default=8, help="input sets, one op each, in one timed call (1: the "
                         "first H200 sweep's way, which times the call for small ops)")
@@ -367,7 +369,8 @@ def main(argv=None) -> int:
 
     tf, kind = setup_tensorflow(args.device)
     cases = [scaled(c, args.scale) for c in (*xent_cases(), *bias_cases(), *segment_cases(), *scatter_cases())]
-    cases = [c for c in cases if not args.ops or c.op in args.ops.split(",")]
+    cases = [c for c in cases if (not args.ops or c.op in args.ops.split(","))
+             and (not args.shapes or c.words in args.shapes.split(","))]
     rows = run(tf, cases, args, on_cpu=kind == "cpu")
     print(table(rows))
     if args.plot:

@@ -27,6 +27,7 @@
 #   bash reports/h200/run_shapes.sh sweeponly # the sweep of SWEPT_AGAIN alone (8 copies a call, rows over 1.05x
 #                                             # profiled): on an H100 it ran past 560 s in the segment sums' rows
 #   bash reports/h200/run_shapes.sh sweeprest # the three op types sweeponly does not reach: the scatters, the resize
+#   bash reports/h200/run_shapes.sh addruns   # the segment sums' small shapes, main against branch addruns-warps
 #   bash reports/h200/run_shapes.sh mixedfix  # opbisect fix of BERT-base mixed, from the script (a card whose
 #                                             # sources the H200's patch does not cover)
 # with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
@@ -114,6 +115,17 @@ case $PHASE in
   sweeprest) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
              run sweep 540 python3 benchmarks/patch_sweep.py --device gpu --profile-over 1.05 \
                --ops ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad --json "$R/sweep.json" --plot "$R/sweep.png" ;;
+  addruns) # branch addruns-warps (AddRuns with 16 warps a tile, not 4) against main, in turn, twice. First, here:
+           # mkdir -p branch-addruns && git archive addruns-warps | tar -x -C branch-addruns
+           run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+           run check_combine_branch 300 bash -c "cd branch-addruns && python3 benchmarks/check_combine.py"
+           for n in 1 2; do
+             for tree in . branch-addruns; do
+               run "segments_${tree#branch-}_$n" 200 bash -c "cd $tree && python3 benchmarks/patch_sweep.py --device gpu \
+                 --ops UnsortedSegmentSum,SegmentSum --json $R/segments_${tree#branch-}_$n.json \
+                 --shapes 'embedding 8k x 256, 8k tokens,BERT word embedding,64k rows x 1k into 32k'"
+             done
+           done ;;
   leansweep) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
              for n in 1 2; do
                OPBISECT_BERT=base run "capture_lean_$n" 300 python3 benchmarks/capture_overhead.py --device gpu \
