@@ -40,9 +40,10 @@ lm() {  # lm LABEL SECONDS [VERIFY FLAGS] -- SCRIPT ARGS...: verify the LM head 
   run "lm_head_$label-verify" "$limit" python3 -m opbisect verify examples/lm_head_xent.py --patch "$LM_PATCH" \
     --runs 10 --out "$R/lm_head_$label" --fingerprint wsum --cpu-reference off "$@"
 }
+build() { run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"; }  # the op library
 SWEPT_AGAIN=BiasAddGrad,UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad
 case $PHASE in
-  kernels) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+  kernels) build
            run check_dense 200 python3 benchmarks/check_dense.py ;;
   sweep) run sweep 560 python3 benchmarks/patch_sweep.py --device gpu --json "$R/sweep.json" --plot "$R/sweep.png" ;;
   dense) run sweep 300 python3 benchmarks/patch_sweep.py --device gpu --ops BiasAddGrad,SparseSoftmaxCrossEntropyWithLogits \
@@ -52,7 +53,7 @@ case $PHASE in
       lm 32k 280 -- --vocab 32768 --dim 512 --batch 32 --seq 128
       lm 128k 280 -- --vocab 131072 --dim 512 --batch 8 --seq 256 ;;
   mixed) OPBISECT_BERT=base verify bert_like_fit_mixed 500 ;;
-  again) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+  again) build
          run check_dense 200 python3 benchmarks/check_dense.py
          run check_combine 300 python3 benchmarks/check_combine.py
          lm 8k 280 -- --vocab 8192 --dim 256 --batch 32 --seq 256
@@ -60,7 +61,7 @@ case $PHASE in
            --plot "$R/sweep.png"
          OPBISECT_BERT=base verify bert_like_fit_mixed 500
          lm 128k 500 --no-switches -- --vocab 131072 --dim 512 --batch 8 --seq 256 ;;
-  profiles) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+  profiles) build
             run check_combine 300 python3 benchmarks/check_combine.py
             NVCC="$(python3 -c 'from opbisect import kernels; print(kernels.cuda_home())')/bin/nvcc"
             run fingerprint_kernel 200 bash -c "$NVCC -O3 -std=c++17 -arch=sm_90 -o /tmp/fpk \
@@ -72,13 +73,13 @@ case $PHASE in
             # the candidate on branch xla-ranked-fixed-sum, checked out beside (git archive into branch-xla/)
             [ -d branch-xla ] && run xla_segment_sum 300 bash -c "cd branch-xla && python3 benchmarks/xla_segment_sum.py"
             run sweep 900 python3 benchmarks/patch_sweep.py --device gpu --json "$R/sweep.json" --plot "$R/sweep.png" ;;
-  capture) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"  # a short lease
+  capture) build  # a short lease
            run check_side_stream 300 python3 benchmarks/check_side_stream.py --calls 5
            for n in 1 2; do
              OPBISECT_BERT=base run "capture_side_$n" 400 python3 benchmarks/capture_overhead.py --device gpu \
                --repeats 30 --runs 2 --fingerprints fused,fused-side --side-groups 96,512
            done ;;
-  side) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+  side) build
         run check_side_stream 300 python3 benchmarks/check_side_stream.py
         OPBISECT_BERT=base run check_side_stream_base 300 python3 benchmarks/check_side_stream.py --calls 5
         for n in 1 2; do  # issue 42's done-when: two runs of the same command, one lease
@@ -89,7 +90,7 @@ case $PHASE in
         # the rows over 1.05x that carry no measured reason yet, first (a lease of 30 minutes may end in the sweep)
         run sweep 450 python3 benchmarks/patch_sweep.py --device gpu --ops "$SWEPT_AGAIN" --profile-over 1.05 \
           --json "$R/sweep.json" --plot "$R/sweep.png" ;;
-  lean) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+  lean) build
         for n in 1 2; do  # issue 42's done-when: two runs of the same command, one lease
           OPBISECT_BERT=base run "capture_lean_$n" 500 python3 benchmarks/capture_overhead.py --device gpu \
             --repeats 30 --runs 2 --fingerprints fused --taps lean,all $([ $n = 1 ] && echo --profile 10)
@@ -99,34 +100,35 @@ case $PHASE in
         done
         OPBISECT_BERT=base verify bert_like_fit_mixed 500 ;;
   mixedfix) OPBISECT_BERT=base fixed bert_like_fit_mixed 900 ;;  # where the H200's patch does not hold (an H100)
-  leanquick) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"  # 3 minutes
+  leanquick) build  # 3 minutes
              for n in 1 2; do
                OPBISECT_BERT=base run "capture_lean_$n" 300 python3 benchmarks/capture_overhead.py --device gpu \
                  --repeats 30 --runs 0 --fingerprints fused --taps lean,all
              done ;;
-  leanonly) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+  leanonly) build
             for n in 1 2; do
               OPBISECT_BERT=base run "capture_lean_$n" 200 python3 benchmarks/capture_overhead.py --device gpu \
                 --repeats 30 --runs 0 --fingerprints fused --taps lean
             done ;;
-  sweeponly) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+  sweeponly) build
              run sweep 560 python3 benchmarks/patch_sweep.py --device gpu --ops "$SWEPT_AGAIN" --profile-over 1.05 \
                --json "$R/sweep.json" --plot "$R/sweep.png" ;;
-  sweeprest) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+  sweeprest) build
              run sweep 540 python3 benchmarks/patch_sweep.py --device gpu --profile-over 1.05 \
                --ops ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad --json "$R/sweep.json" --plot "$R/sweep.png" ;;
   addruns) # branch addruns-warps (AddRuns with 16 warps a tile, not 4) against main, in turn, twice. First, here:
            # mkdir -p branch-addruns && git archive addruns-warps | tar -x -C branch-addruns
-           run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+           build
            run check_combine_branch 300 bash -c "cd branch-addruns && python3 benchmarks/check_combine.py"
            for n in 1 2; do
-             for tree in . branch-addruns; do
-               run "segments_${tree#branch-}_$n" 200 bash -c "cd $tree && python3 benchmarks/patch_sweep.py --device gpu \
-                 --ops UnsortedSegmentSum,SegmentSum --json $R/segments_${tree#branch-}_$n.json \
+             for tree in main addruns; do  # main's tree is this folder, the candidate's branch-addruns
+               run "segments_${tree}_$n" 200 bash -c "cd $([ $tree = main ] && echo . || echo branch-addruns) && \
+                 python3 benchmarks/patch_sweep.py --device gpu \
+                 --ops UnsortedSegmentSum,SegmentSum --json $R/segments_${tree}_$n.json \
                  --shapes 'embedding 8k x 256, 8k tokens,BERT word embedding,64k rows x 1k into 32k'"
              done
            done ;;
-  leansweep) run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"
+  leansweep) build
              for n in 1 2; do
                OPBISECT_BERT=base run "capture_lean_$n" 300 python3 benchmarks/capture_overhead.py --device gpu \
                  --repeats 30 --runs 0 --fingerprints fused --taps lean,all
