@@ -1,6 +1,7 @@
 """On the GPU: opbisect's dense ops (opbisect/kernels/dense.h) against their CPU kernels and TensorFlow's own, and
 their runs (20 calls, one result): the cross-entropy (the same order; exp and log may round apart on the two
-machines), the column sum (bit for bit)."""
+machines), the column sum (bit for bit), and the channels-first bias gradient's patch (one result, as near the
+exact sum as the op's own kernel)."""
 
 import os
 import sys
@@ -11,6 +12,7 @@ import numpy as np
 sys.path.insert(0, os.getcwd())
 from opbisect import kernels  # noqa: E402
 from opbisect.execute.prepared import setup_tensorflow  # noqa: E402
+from opbisect.patches import PATCHES, PatchContext  # noqa: E402
 
 tf, kind = setup_tensorflow(os.environ.get("CHECK_DEVICE", "gpu"))  # "cpu": a smoke run
 start = time.perf_counter()
@@ -56,4 +58,23 @@ for rows, cols in ((8192, 8192), (65536, 1024), (1000, 33)):
         failed += not ok
         print(f"column sum {rows} x {cols} {dtype.name:9s} runs {len(runs)} (BiasAddGrad: {len(plain_runs)} in 5)  "
               f"gpu == cpu bit for bit: {gpu == cpu}  {'ok' if ok else 'FAILED'}")
+# The channels-first bias gradient's patch (a row reduction, then the column sum): one result in 20 calls, and no
+# farther from the exact sum (float64) than twice the op's own kernel, or a few of the dtype's ulps of the largest.
+bias = PATCHES["BiasAddGrad"].build
+nchw = PatchContext(op_type="BiasAddGrad", attrs={"data_format": "NCHW"}, xla=False, on_cpu=kind != "gpu")
+for shape in ((32, 256, 56, 56), (8, 64, 7, 7)):
+    exact = rng.standard_normal(shape)
+    for dtype in (tf.float32, tf.float16, tf.bfloat16):
+        x = tf.cast(exact, dtype)
+        truth = tf.cast(x, tf.float64).numpy().sum(axis=(0, 2, 3))
+        with tf.device(DEV):
+            runs = {bias(nchw, x)[0].numpy().tobytes() for _ in range(20)}
+            got = bias(nchw, x)[0]
+            own = tf.raw_ops.BiasAddGrad(out_backprop=x, data_format="NCHW")
+        err, own_err = (float(np.max(np.abs(tf.cast(t, tf.float64).numpy() - truth))) for t in (got, own))
+        rel = {"float32": 1e-5, "float16": 2 ** -9, "bfloat16": 2 ** -6}[dtype.name]
+        ok = len(runs) == 1 and err <= max(2 * own_err, rel * float(np.max(np.abs(truth))))
+        failed += not ok
+        print(f"bias gradient NCHW {shape} {dtype.name:9s} runs {len(runs)}  |patched - exact| {err:.2e}  "
+              f"|BiasAddGrad - exact| {own_err:.2e}  {'ok' if ok else 'FAILED'}")
 sys.exit(1 if failed else 0)

@@ -138,19 +138,63 @@ def test_half_column_sums_are_added_in_float_and_rounded_once(column_sum, dtype)
     assert got.numpy().tobytes() == want.numpy().tobytes()
 
 
-@pytest.mark.parametrize("shape,data_format,own", [((300, 20), "NHWC", True), ((4, 5, 6, 7), "NHWC", True),
-                                                   ((4, 7, 5, 6), "NCHW", False)])
-def test_the_bias_gradient_is_the_column_sum_on_a_gpu_for_channels_last(shape, data_format, own):
+@pytest.fixture(scope="module")
+def channel_sum():
+    return kernels.load(cuda=False).opbisect_channel_sum
+
+
+def block_sums(x):
+    """The channel sum's definition in NumPy (dense.h): each (i, k)'s positions by a block of ChannelThreads(s)
+    threads (a power of two from 32 to 256, at least s / 8), each thread's entries in order from zero, then the
+    threads' sums by a tree (t with t + stride, stride halving); then each channel's n sums in order from zero."""
+    n, c, s = x.shape
+    threads = 32
+    while threads < 256 and threads * 8 < s:
+        threads *= 2
+    total = np.zeros(c, np.float32)
+    for i in range(n):
+        lanes = np.zeros((c, threads), np.float32)
+        for j in range(s):
+            lanes[:, j % threads] = (lanes[:, j % threads] + x[i, :, j].astype(np.float32)).astype(np.float32)
+        while threads_left := lanes.shape[1] // 2:
+            lanes = (lanes[:, :threads_left] + lanes[:, threads_left:]).astype(np.float32)
+        total = (total + lanes[:, 0]).astype(np.float32)
+    return total
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 5), (2, 0, 4), (3, 4, 0), (1, 1, 1), (2, 3, 33), (3, 5, 300), (2, 2, 3000)])
+def test_the_channel_sums_add_in_the_documented_order_bit_for_bit(channel_sum, shape):
+    x = (np.random.default_rng(sum(shape)).standard_normal(shape) * 1000).astype(np.float32)  # rounding shows
+    got = channel_sum(x).numpy()
+    assert got.dtype == np.float32 and got.shape == (shape[1],)
+    assert got.tobytes() == block_sums(x).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
+def test_half_channel_sums_are_added_in_float_and_rounded_once(channel_sum, dtype):
+    x = tf.cast(np.random.default_rng(6).standard_normal((4, 6, 500)), dtype)
+    got = channel_sum(x)
+    assert got.dtype == dtype
+    want = tf.cast(block_sums(tf.cast(x, tf.float32).numpy()), dtype)
+    assert got.numpy().tobytes() == want.numpy().tobytes()
+
+
+@pytest.mark.parametrize("shape,data_format,op", [((300, 20), "NHWC", "OpbisectColumnSum"),
+                                                  ((4, 5, 6, 7), "NHWC", "OpbisectColumnSum"),
+                                                  ((300, 20), "NCHW", "OpbisectColumnSum"),  # a matrix: C last
+                                                  ((4, 7, 5, 6), "NCHW", "OpbisectChannelSum"),
+                                                  ((3, 7, 9), "NCHW", "OpbisectChannelSum")])
+def test_the_bias_gradient_is_an_own_sum_on_a_gpu_in_either_layout(shape, data_format, op):
     x = tf.constant(np.random.default_rng(4).standard_normal(shape).astype(np.float32))
     ctx = PatchContext(op_type="BiasAddGrad", attrs={"data_format": data_format}, xla=False, on_cpu=False)
     build = PATCHES["BiasAddGrad"].build
     graph = tf.function(lambda t: build(ctx, t)).get_concrete_function(x).graph
-    assert ("OpbisectColumnSum" in {op.type for op in graph.get_operations()}) == own
+    assert op in {op.type for op in graph.get_operations()}
     want = tf.raw_ops.BiasAddGrad(out_backprop=x, data_format=data_format).numpy()
     np.testing.assert_allclose(build(ctx, x)[0].numpy(), want, rtol=1e-5, atol=1e-5)
     on_cpu = dataclasses.replace(ctx, on_cpu=True)
     graph = tf.function(lambda t: build(on_cpu, t)).get_concrete_function(x).graph
-    assert "OpbisectColumnSum" not in {op.type for op in graph.get_operations()}
+    assert not {"OpbisectColumnSum", "OpbisectChannelSum"} & {op.type for op in graph.get_operations()}
 
 
 def test_gradients_through_the_own_ops_are_tensorflows():
@@ -161,14 +205,19 @@ def test_gradients_through_the_own_ops_are_tensorflows():
     labels = tf.constant(rng.integers(0, 40, 6))
     bias_input = tf.constant(rng.standard_normal((30, 7)).astype(np.float32))
     w_loss, w_backprop = (tf.constant(rng.standard_normal(s).astype(np.float32)) for s in ((6,), (6, 40)))
+    nchw_input = tf.constant(rng.standard_normal((3, 7, 4, 5)).astype(np.float32))
     w_bias = tf.constant(rng.standard_normal(7).astype(np.float32))
     gpu = dict(attrs={}, xla=False, on_cpu=False)
     xent = functools.partial(PATCHES[XENT].build, PatchContext(op_type=XENT, **gpu))
     bias = functools.partial(PATCHES["BiasAddGrad"].build, PatchContext(op_type="BiasAddGrad", **gpu))
+    nchw = dict(gpu, attrs={"data_format": "NCHW"})
+    bias_nchw = functools.partial(PATCHES["BiasAddGrad"].build, PatchContext(op_type="BiasAddGrad", **nchw))
     cases = [
         (logits, lambda x: tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(features=x, labels=labels),
          lambda x: xent(x, labels), lambda out: tf.reduce_sum(out[0] * w_loss) + tf.reduce_sum(out[1] * w_backprop)),
         (bias_input, lambda x: [tf.raw_ops.BiasAddGrad(out_backprop=x)], bias,
+         lambda out: tf.reduce_sum(out[0] * w_bias)),
+        (nchw_input, lambda x: [tf.raw_ops.BiasAddGrad(out_backprop=x, data_format="NCHW")], bias_nchw,
          lambda out: tf.reduce_sum(out[0] * w_bias)),
     ]
     for x, op, patch, scalar in cases:

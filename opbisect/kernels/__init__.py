@@ -12,8 +12,9 @@
 - `OpbisectCombine`: the same sums as one padded row per distinct key. No patch uses it since the segment sum
   writes its output directly; benchmarks/check_combine.py times the segment sum against it (the former patch) until
   the H200 has ruled between the two.
-- `OpbisectSoftmaxXent`, `OpbisectColumnSum` (patches): the sparse softmax cross-entropy and its gradient, and a
-  bias gradient's column sums, each sum in one fixed order (dense.h), in one or two reads of the input.
+- `OpbisectSoftmaxXent`, `OpbisectColumnSum`, `OpbisectChannelSum` (patches): the sparse softmax cross-entropy and
+  its gradient, and a bias gradient's sums (channels last, channels first), each sum in one fixed order (dense.h),
+  in one or two reads of the input.
 The CPU kernels add in the GPU kernels' order, so the tests of the CPU forms check the function the GPU runs.
 """
 

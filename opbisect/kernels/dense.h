@@ -80,4 +80,20 @@ inline int64_t ColumnChunks(int64_t rows) { return (rows + ColumnChunk(rows) - 1
 // Enqueues the op on `stream`; rows >= 1, cols >= 1; `part` holds ColumnChunks(rows) * cols floats.
 int LaunchColumnSum(int type, const void* x, int64_t rows, int64_t cols, void* out, float* part, void* stream);
 
+// The deterministic channel sum (`OpbisectChannelSum`): x[n, c, s] -> out[k] = sum_i sum_j x[i, k, j], what
+// BiasAddGrad computes for a channels-first gradient seen as [batch, channels, positions]. Each (i, k)'s s entries
+// are one GPU block of ChannelThreads(s) threads: thread t adds entries t, t + threads, ... in order, from zero, in
+// float; the threads' sums are merged by one fixed tree (t with t + stride, stride halving) into a scratch of n * c
+// floats; then each channel's n sums are added in order, from zero (the column sum's second pass). One read of x, no
+// atomics. TensorFlow's reduce_sum over N, H and W read a ResNet's NCHW gradient at 1.36-1.55x the op's own kernel
+// on the H100 (reports/h100/shapes), and a row reduction in half precision would round each (i, k)'s sum to half.
+inline int ChannelThreads(int64_t s) {  // a function of s alone: the order depends on nothing else
+  int threads = 32;
+  while (threads < 256 && int64_t{threads} * 8 < s) threads *= 2;
+  return threads;
+}
+
+// Enqueues the op on `stream`; `part` holds n * c floats.
+int LaunchChannelSum(int type, const void* x, int64_t n, int64_t c, int64_t s, void* out, float* part, void* stream);
+
 }  // namespace opbisect

@@ -1,5 +1,5 @@
-// The GPU kernels of `OpbisectSoftmaxXent` (one block a row) and `OpbisectColumnSum` (dense.h): every sum in
-// one fixed order.
+// The GPU kernels of `OpbisectSoftmaxXent` (one block a row), `OpbisectColumnSum` and `OpbisectChannelSum`
+// (dense.h): every sum in one fixed order.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -106,7 +106,45 @@ cudaError_t ColumnSum(const void* x, int64_t rows, int64_t cols, void* out, floa
   return cudaGetLastError();
 }
 
+// One block a row of x[rows, s]: each thread's entries in order, then the block's fixed tree (dense.h).
+template <typename T>
+__global__ void SumPositions(const T* x, int64_t s, float* part) {
+  extern __shared__ float lanes[];
+  const int threads = blockDim.x, t = threadIdx.x;
+  const T* row = x + static_cast<int64_t>(blockIdx.x) * s;
+  float sum = 0.0f;
+  for (int64_t j = t; j < s; j += threads) sum += Wide(row[j]);
+  lanes[t] = sum;
+  __syncthreads();
+  for (int stride = threads / 2; stride > 0; stride /= 2) {
+    if (t < stride) lanes[t] += lanes[t + stride];
+    __syncthreads();
+  }
+  if (t == 0) part[blockIdx.x] = lanes[0];
+}
+
+template <typename T>
+cudaError_t ChannelSum(const void* x, int64_t n, int64_t c, int64_t s, void* out, float* part, cudaStream_t stream) {
+  const int threads = ChannelThreads(s);
+  if (n * c > 0)  // rows on the grid's x (up to 2^31 - 1)
+    SumPositions<T><<<static_cast<unsigned>(n * c), threads, threads * sizeof(float), stream>>>(
+        static_cast<const T*>(x), s, part);
+  const unsigned tiles = static_cast<unsigned>((c + kColumnThreads - 1) / kColumnThreads);
+  SumParts<T><<<tiles, kColumnThreads, 0, stream>>>(part, n, c, static_cast<T*>(out));
+  return cudaGetLastError();
+}
+
 }  // namespace
+
+int LaunchChannelSum(int type, const void* x, int64_t n, int64_t c, int64_t s, void* out, float* part,
+                     void* raw_stream) {
+  cudaStream_t stream = static_cast<cudaStream_t>(raw_stream);
+  switch (type) {
+    case kDenseF32: return ChannelSum<float>(x, n, c, s, out, part, stream);
+    case kDenseF16: return ChannelSum<__half>(x, n, c, s, out, part, stream);
+    default: return ChannelSum<__nv_bfloat16>(x, n, c, s, out, part, stream);
+  }
+}
 
 int LaunchColumnSum(int type, const void* x, int64_t rows, int64_t cols, void* out, float* part, void* raw_stream) {
   cudaStream_t stream = static_cast<cudaStream_t>(raw_stream);

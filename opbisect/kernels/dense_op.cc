@@ -1,7 +1,8 @@
-// TensorFlow ops `OpbisectSoftmaxXent`: features T[n, c], labels Tlabels[n] -> loss T[n], backprop T[n, c], and
-// `OpbisectColumnSum`: x T[rows, cols] -> T[cols] (dense.h). The CPU kernels add in the GPU kernels' order (the
-// same threads' partition and tree): the column sums agree bit for bit, the cross-entropy where the machines' exp
-// and log round alike. GPU kernels when built with OPBISECT_WITH_CUDA.
+// TensorFlow ops `OpbisectSoftmaxXent`: features T[n, c], labels Tlabels[n] -> loss T[n], backprop T[n, c];
+// `OpbisectColumnSum`: x T[rows, cols] -> T[cols]; `OpbisectChannelSum`: x T[n, c, s] -> T[c] (dense.h). The CPU
+// kernels add in the GPU kernels' order (the same threads' partition and tree): the column and channel sums agree
+// bit for bit, the cross-entropy where the machines' exp and log round alike. GPU kernels when built with
+// OPBISECT_WITH_CUDA.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -41,6 +42,17 @@ REGISTER_OP("OpbisectColumnSum")
     .SetShapeFn([](tf::shape_inference::InferenceContext* c) {
       tf::shape_inference::ShapeHandle x;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &x));
+      c->set_output(0, c->Vector(c->Dim(x, 1)));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("OpbisectChannelSum")
+    .Input("x: T")
+    .Output("sums: T")
+    .Attr("T: {half, bfloat16, float}")
+    .SetShapeFn([](tf::shape_inference::InferenceContext* c) {
+      tf::shape_inference::ShapeHandle x;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 3, &x));
       c->set_output(0, c->Vector(c->Dim(x, 1)));
       return absl::OkStatus();
     });
@@ -128,15 +140,55 @@ class ColumnSumCpu : public tf::OpKernel {
   }
 };
 
-// Both ops, for every dtype they take, on one device with its kernels.
-#define OPBISECT_DENSE_KERNELS(DEVICE, XENT, COLUMNS, T)                                                        \
-  REGISTER_KERNEL_BUILDER(Name("OpbisectSoftmaxXent").Device(DEVICE).TypeConstraint<T>("T"), XENT<T>); \
-  REGISTER_KERNEL_BUILDER(Name("OpbisectColumnSum").Device(DEVICE).TypeConstraint<T>("T"), COLUMNS<T>)
-#define OPBISECT_DENSE(DEVICE, XENT, COLUMNS)                  \
-  OPBISECT_DENSE_KERNELS(DEVICE, XENT, COLUMNS, Eigen::half);     \
-  OPBISECT_DENSE_KERNELS(DEVICE, XENT, COLUMNS, Eigen::bfloat16); \
-  OPBISECT_DENSE_KERNELS(DEVICE, XENT, COLUMNS, float)
-OPBISECT_DENSE(tf::DEVICE_CPU, SoftmaxXentCpu, ColumnSumCpu);
+absl::Status PrepareChannels(tf::OpKernelContext* c, int64_t* n, int64_t* channels, int64_t* s, tf::Tensor** sums) {
+  const tf::Tensor& x = c->input(0);
+  if (x.dims() != 3) return tf::errors::InvalidArgument("OpbisectChannelSum: x must be [n, c, s]");
+  *n = x.dim_size(0);
+  *channels = x.dim_size(1);
+  *s = x.dim_size(2);
+  return c->allocate_output(0, tf::TensorShape({*channels}), sums);
+}
+
+// One (i, k)'s positions as the GPU block adds them: each thread's entries in order, then the block's tree.
+template <typename T>
+float SumPositions(const T* row, int64_t s, std::vector<float>& lanes) {
+  const int threads = static_cast<int>(lanes.size());
+  for (int t = 0; t < threads; ++t) {
+    lanes[t] = 0.0f;
+    for (int64_t j = t; j < s; j += threads) lanes[t] += static_cast<float>(row[j]);
+  }
+  for (int stride = threads / 2; stride > 0; stride /= 2)
+    for (int t = 0; t < stride; ++t) lanes[t] += lanes[t + stride];
+  return lanes[0];
+}
+
+template <typename T>
+class ChannelSumCpu : public tf::OpKernel {
+ public:
+  explicit ChannelSumCpu(tf::OpKernelConstruction* c) : OpKernel(c) {}
+  void Compute(tf::OpKernelContext* c) override {
+    int64_t n, channels, s;
+    tf::Tensor* sums_t;
+    OP_REQUIRES_OK(c, PrepareChannels(c, &n, &channels, &s, &sums_t));
+    const T* x = c->input(0).flat<T>().data();
+    std::vector<float> total(channels, 0.0f), lanes(ChannelThreads(s));
+    for (int64_t i = 0; i < n; ++i)  // each channel's n sums in order, from zero
+      for (int64_t k = 0; k < channels; ++k) total[k] += SumPositions(x + (i * channels + k) * s, s, lanes);
+    T* sums = sums_t->flat<T>().data();
+    for (int64_t k = 0; k < channels; ++k) sums[k] = static_cast<T>(total[k]);
+  }
+};
+
+// The three ops, for every dtype they take, on one device with its kernels.
+#define OPBISECT_DENSE_KERNELS(DEVICE, XENT, COLUMNS, CHANNELS, T)                                              \
+  REGISTER_KERNEL_BUILDER(Name("OpbisectSoftmaxXent").Device(DEVICE).TypeConstraint<T>("T"), XENT<T>);  \
+  REGISTER_KERNEL_BUILDER(Name("OpbisectColumnSum").Device(DEVICE).TypeConstraint<T>("T"), COLUMNS<T>); \
+  REGISTER_KERNEL_BUILDER(Name("OpbisectChannelSum").Device(DEVICE).TypeConstraint<T>("T"), CHANNELS<T>)
+#define OPBISECT_DENSE(DEVICE, XENT, COLUMNS, CHANNELS)                  \
+  OPBISECT_DENSE_KERNELS(DEVICE, XENT, COLUMNS, CHANNELS, Eigen::half);     \
+  OPBISECT_DENSE_KERNELS(DEVICE, XENT, COLUMNS, CHANNELS, Eigen::bfloat16); \
+  OPBISECT_DENSE_KERNELS(DEVICE, XENT, COLUMNS, CHANNELS, float)
+OPBISECT_DENSE(tf::DEVICE_CPU, SoftmaxXentCpu, ColumnSumCpu, ChannelSumCpu);
 
 #ifdef OPBISECT_WITH_CUDA
 template <typename T> constexpr int kDenseType = kDenseF32;
@@ -182,7 +234,26 @@ class ColumnSumGpu : public tf::OpKernel {
   }
 };
 
-OPBISECT_DENSE(tf::DEVICE_GPU, SoftmaxXentGpu, ColumnSumGpu);
+template <typename T>
+class ChannelSumGpu : public tf::OpKernel {
+ public:
+  explicit ChannelSumGpu(tf::OpKernelConstruction* c) : OpKernel(c) {}
+  void Compute(tf::OpKernelContext* c) override {
+    int64_t n, channels, s;
+    tf::Tensor* sums;
+    OP_REQUIRES_OK(c, PrepareChannels(c, &n, &channels, &s, &sums));
+    if (channels == 0) return;
+    void* stream;
+    OP_REQUIRES_OK(c, GpuStream(c, "OpbisectChannelSum", &stream));
+    tf::Tensor part;  // at least one row: no batch sums to zeros
+    OP_REQUIRES_OK(c, c->allocate_temp(tf::DT_FLOAT, tf::TensorShape({std::max<int64_t>(1, n) * channels}), &part));
+    OP_REQUIRES_OK(c, CudaStatus("OpbisectChannelSum", LaunchChannelSum(
+        kDenseType<T>, c->input(0).tensor_data().data(), n, channels, s, const_cast<char*>(sums->tensor_data().data()),
+        part.flat<float>().data(), stream)));
+  }
+};
+
+OPBISECT_DENSE(tf::DEVICE_GPU, SoftmaxXentGpu, ColumnSumGpu, ChannelSumGpu);
 #endif
 
 }  // namespace

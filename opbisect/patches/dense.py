@@ -20,7 +20,8 @@ def _own_op(ctx, x, name: str):
 
 
 @register("BiasAddGrad", how="on a GPU opbisect's own column sum (fixed chunks of rows, added in order, no "
-                             "atomics); elsewhere a reduce_sum over every axis but the channel's")
+                             "atomics; channels first, each (n, c)'s positions by one block's tree, then in order); "
+                             "elsewhere a reduce_sum over every axis but the channel's")
 def bias_add_grad(ctx, out_backprop):
     """TensorFlow's reduce_sum over the rows of an LM head's [8192, 8192] gradient took 3.6x the op's own kernel
     on the H200 (benchmarks/patch_sweep.py): its column reductions read far below the copy bandwidth."""
@@ -28,9 +29,11 @@ def bias_add_grad(ctx, out_backprop):
 
     channels_first = ctx.attrs.get("data_format", "NHWC").startswith("NC")  # axis 1 (also the last, for a matrix)
     rank = out_backprop.shape.rank
-    columns = _own_op(ctx, out_backprop, "opbisect_column_sum")
-    if columns is not None and (rank == 2 or (rank is not None and not channels_first)):
-        return [_column_sum(columns, out_backprop)]
+    own = _own_op(ctx, out_backprop, "opbisect_column_sum")
+    if own is not None and rank is not None:
+        if channels_first and rank > 2:
+            return [_channel_sum(_own_op(ctx, out_backprop, "opbisect_channel_sum"), out_backprop)]
+        return [_column_sum(own, out_backprop)]
     # Axes known at trace time are a constant: computed from tf.rank they are three more ops on every call (in a
     # loop body, on every iteration).
     dynamic = rank is None
@@ -40,7 +43,26 @@ def bias_add_grad(ctx, out_backprop):
         axes = tf.concat([[0], tf.range(2, rank)], 0) if dynamic else [0, *range(2, rank)]
     else:
         axes = tf.range(rank - 1) if dynamic else list(range(rank - 1))
-    return [tf.reduce_sum(out_backprop, axis=axes)]
+    # In float for the half types, as the op's kernels add: Eigen's CPU sum of a ResNet's float16 gradient in
+    # float16 was 54 away from the exact sum where BiasAddGrad's was 0.9 (benchmarks/check_dense.py on a CPU).
+    wide = tf.cast(out_backprop, tf.float32) if out_backprop.dtype.name in _LOW_PRECISION else out_backprop
+    return [tf.cast(tf.reduce_sum(wide, axis=axes), out_backprop.dtype)]
+
+
+def _channel_sum(channels, x):
+    """The own op's sums over every axis but the channel's (axis 1), with the op's own gradient. TensorFlow's
+    reduce_sum over N, H and W read a ResNet's NCHW gradient at 2.3-4.9x the copy floor (1.36-1.55x the op, on the
+    H100: reports/h100/shapes)."""
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def summed(x):
+        def gradient(upstream):
+            return tf.broadcast_to(tf.reshape(upstream, [1, -1] + [1] * (x.shape.rank - 2)), tf.shape(x))
+        shape = tf.shape(x)
+        return channels(tf.reshape(x, [shape[0], shape[1], -1])), gradient
+
+    return summed(x)
 
 
 def _column_sum(columns, x):
