@@ -29,7 +29,7 @@
 #   bash reports/h200/run_shapes.sh sweeprest # the three op types sweeponly does not reach: the scatters, the resize
 #   bash reports/h200/run_shapes.sh addruns   # the segment sums' small shapes, main against branch addruns-warps
 #   bash reports/h200/run_shapes.sh nchw      # the channels-first bias gradient's own kernel: check_dense, its rows
-#   bash reports/h200/run_shapes.sh lease14   # nchw; on an H200 leanonly and BERT-base mixed; addruns; sweeprest
+#   bash reports/h200/run_shapes.sh lease14   # nchw; on an H200 leanonly and BERT-base mixed; sweeprest; addruns
 #   bash reports/h200/run_shapes.sh mixedfix  # opbisect fix of BERT-base mixed, from the script (a card whose
 #                                             # sources the H200's patch does not cover)
 # with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
@@ -135,11 +135,11 @@ case $PHASE in
         run sweep_nchw 200 python3 benchmarks/patch_sweep.py --device gpu --ops BiasAddGrad --profile-over 1.05 \
           --shapes 'ResNet stage 1, NCHW' --json "$R/sweep_nchw.json" ;;
   lease14) # one lease, most wanted first: the NCHW kernel (new), on an H200 the capture goal twice and BERT-base
-           # mixed, then the AddRuns candidate and the sweep's last three op types
+           # mixed, then the sweep's last three op types (rows with no reason yet), then the AddRuns candidate
            bash "$0" nchw
            if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
-           [ -d branch-addruns ] && bash "$0" addruns
-           bash "$0" sweeprest ;;
+           bash "$0" sweeprest
+           if [ -d branch-addruns ]; then bash "$0" addruns; fi ;;
   leansweep) build
              for n in 1 2; do
                OPBISECT_BERT=base run "capture_lean_$n" 300 python3 benchmarks/capture_overhead.py --device gpu \
