@@ -2,6 +2,7 @@
 # A run longer than one device call (10 minutes): started in its own process session, which the device machine
 # lets run on while calls follow each other within its warm time (30 s), each call waiting on it for a while.
 #   bash reports/h200/background.sh start COMMAND...   # starts COMMAND; its packs go to /root/packs
+#   bash reports/h200/background.sh stop            # ends it (run_shapes.sh's steps)
 #   bash reports/h200/background.sh wait SECONDS [DIR] # waits until it ends or SECONDS pass, copies the packs to $OUT;
 #                                                      # DIR (its results so far, unfinished reports too) as live.tgz
 # A lease can end before the run does: pass DIR to every wait, so that what it reached comes back.
@@ -15,6 +16,10 @@ case $1 in
     OUT=/root/packs setsid nohup bash -c '"$@"; echo $? > /root/background.rc' _ "$@" \
       > /root/background.log 2>&1 < /dev/null &
     echo "started: $*" ;;
+  stop)
+    # The run's scripts and their Python children, by names no caller's command line holds (a pattern in the
+    # caller's own line would end the caller too).
+    pkill -f "[r]un_shapes"; pkill -f "[s]egments_"; pkill -f "[c]heck_combine"; sleep 2; echo "stopped" ;;
   wait)
     # A machine that started no run here (a fresh one: the last went back while nothing called it) has nothing
     # to wait on: say so at once rather than sleep out the call (125: cannot test).

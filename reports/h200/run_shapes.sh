@@ -127,7 +127,7 @@ case $PHASE in
                run "segments_${tree}_$n" 200 bash -c "cd $([ $tree = main ] && echo . || echo branch-addruns) && \
                  python3 benchmarks/patch_sweep.py --device gpu \
                  --ops UnsortedSegmentSum,SegmentSum --json $R/segments_${tree}_$n.json \
-                 --shapes 'embedding 8k x 256, 8k tokens,BERT word embedding,64k rows x 1k into 32k'"
+                 --shapes 'embedding 8k x 256, 8k tokens;BERT word embedding;64k rows x 1k into 32k'"
              done
            done ;;
   nchw) build  # the channels-first bias gradient's own kernel (OpbisectChannelSum): checked, then its sweep rows
