@@ -268,7 +268,7 @@ def run(tf, cases, args, on_cpu: bool) -> list[dict]:
         plain, plain_runs = per_op_ms(tf, case, sets, plain_call, args.repeats)
         patched, runs = per_op_ms(tf, case, sets, lambda t, c, i: patched_call(t, c, i, on_cpu), args.repeats)
         tf_ops = None
-        if case.op in (CPU_OWN_KERNEL_OPS if on_cpu else OWN_KERNEL_OPS):
+        if case.op in (CPU_OWN_KERNEL_OPS if on_cpu else OWN_KERNEL_OPS) and not args.plain_and_patch:
             tf_ops = per_op_ms(tf, case, sets, lambda t, c, i: patched_call(t, c, i, on_cpu, own_kernels=False),
                                args.repeats)[0]
         rows.append(dict(op=case.op, words=case.words, shape=list(case.shape), dtype=case.dtype, copies=len(sets),
@@ -279,6 +279,8 @@ def run(tf, cases, args, on_cpu: bool) -> list[dict]:
             rows[-1]["profile"] = profiled(tf, case, sets, on_cpu)
         save(rows, args, tf)
         del first, sets
+    if args.plain_and_patch:
+        return rows
     tf.config.experimental.enable_op_determinism()  # the switch, last: it holds for the rest of the process
     for row, case in zip(rows, cases):
         sets = [make(tf, case)[0] for _ in range(row["copies"])]
@@ -362,6 +364,8 @@ def main(argv=None) -> int:
                         help="profile the rows whose patched / plain is over RATIO: the device's time and launches "
                         "a call of each form, where the time of a row over the goal goes (on a CPU: the ops' time "
                         "summed over the host's threads)")
+    parser.add_argument("--plain-and-patch", action="store_true", help="time the plain op and the patch only (not "
+                        "the TF-ops-only form nor the switch): two trees' patches side by side, in a short lease")
     parser.add_argument("--json", default="")
     parser.add_argument("--plot", default="")
     parser.add_argument("--replot", default="", help="a JSON this wrote: its table and --plot again, nothing run")

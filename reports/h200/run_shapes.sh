@@ -27,9 +27,9 @@
 #   bash reports/h200/run_shapes.sh sweeponly # the sweep of SWEPT_AGAIN alone (8 copies a call, rows over 1.05x
 #                                             # profiled): on an H100 it ran past 560 s in the segment sums' rows
 #   bash reports/h200/run_shapes.sh sweeprest # the three op types sweeponly does not reach: the scatters, the resize
-#   bash reports/h200/run_shapes.sh addruns   # the segment sums' small shapes, main against branch addruns-warps
+#   bash reports/h200/run_shapes.sh candidates # branch gpu-candidates against main: segment sums, scatter, NCHW
 #   bash reports/h200/run_shapes.sh nchw      # the channels-first bias gradient's own kernel: check_dense, its rows
-#   bash reports/h200/run_shapes.sh lease14   # nchw; on an H200 leanonly and BERT-base mixed; sweeprest; addruns
+#   bash reports/h200/run_shapes.sh lease14   # nchw; on an H200 leanonly and BERT-base mixed; sweeprest; candidates
 #   bash reports/h200/run_shapes.sh mixedfix  # opbisect fix of BERT-base mixed, from the script (a card whose
 #                                             # sources the H200's patch does not cover)
 # with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
@@ -118,16 +118,18 @@ case $PHASE in
   sweeprest) build
              run sweep 540 python3 benchmarks/patch_sweep.py --device gpu --profile-over 1.05 \
                --ops ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad --json "$R/sweep.json" --plot "$R/sweep.png" ;;
-  addruns) # branch addruns-warps (AddRuns with 16 warps a tile, not 4) against main, in turn, twice. First, here:
-           # mkdir -p branch-addruns && git archive addruns-warps | tar -x -C branch-addruns
+  candidates) # branch gpu-candidates (AddRuns' warps by the ids' count; the channel sum's loads in flight) against
+              # main, in turn, twice, after its kernels' bits. First, here (only what the runs need, for the carry):
+              # mkdir -p branch-candidates && git archive gpu-candidates opbisect benchmarks | tar -x -C branch-candidates
            build
-           run check_combine_branch 300 bash -c "cd branch-addruns && python3 benchmarks/check_combine.py"
+           run check_combine_branch 300 bash -c "cd branch-candidates && python3 benchmarks/check_combine.py"
+           run check_dense_branch 300 bash -c "cd branch-candidates && python3 benchmarks/check_dense.py"
            for n in 1 2; do
-             for tree in main addruns; do  # main's tree is this folder, the candidate's branch-addruns
-               run "segments_${tree}_$n" 200 bash -c "cd $([ $tree = main ] && echo . || echo branch-addruns) && \
-                 python3 benchmarks/patch_sweep.py --device gpu \
-                 --ops UnsortedSegmentSum,SegmentSum --json $R/segments_${tree}_$n.json \
-                 --shapes 'embedding 8k x 256, 8k tokens;BERT word embedding;64k rows x 1k into 32k'"
+             for tree in main candidates; do  # main's tree is this folder, the candidate's branch-candidates
+               run "candidates_${tree}_$n" 300 bash -c "cd $([ $tree = main ] && echo . || echo branch-candidates) && \
+                 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json $R/candidates_${tree}_$n.json \
+                 --ops UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,BiasAddGrad --shapes 'embedding 8k x 256, \
+8k tokens;BERT word embedding;64k rows x 1k into 32k;32k x 512 table, 8k updates;ResNet stage 1, NCHW'"
              done
            done ;;
   nchw) build  # the channels-first bias gradient's own kernel (OpbisectChannelSum): checked, then its sweep rows
@@ -139,7 +141,7 @@ case $PHASE in
            bash "$0" nchw
            if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
            bash "$0" sweeprest
-           if [ -d branch-addruns ]; then bash "$0" addruns; fi ;;
+           if [ -d branch-candidates ]; then bash "$0" candidates; fi ;;
   leansweep) build
              for n in 1 2; do
                OPBISECT_BERT=base run "capture_lean_$n" 300 python3 benchmarks/capture_overhead.py --device gpu \
