@@ -27,7 +27,8 @@
 #   bash reports/h200/run_shapes.sh sweeponly # the sweep of SWEPT_AGAIN alone (8 copies a call, rows over 1.05x
 #                                             # profiled): on an H100 it ran past 560 s in the segment sums' rows
 #   bash reports/h200/run_shapes.sh sweeprest # the three op types sweeponly does not reach: the scatters, the resize
-#   bash reports/h200/run_shapes.sh candidates # branch gpu-candidates against main: segment sums, scatter, NCHW
+#   bash reports/h200/run_shapes.sh candidates # branch gpu-candidates against main: segment sums, scatter, NCHW,
+#                                              # the resize gradient
 #   bash reports/h200/run_shapes.sh nchw      # the channels-first bias gradient's own kernel: check_dense, its rows
 #   bash reports/h200/run_shapes.sh lease14   # nchw; on an H200 leanonly and BERT-base mixed; sweeprest; candidates
 #   bash reports/h200/run_shapes.sh mixedfix  # opbisect fix of BERT-base mixed, from the script (a card whose
@@ -118,8 +119,9 @@ case $PHASE in
   sweeprest) build
              run sweep 540 python3 benchmarks/patch_sweep.py --device gpu --profile-over 1.05 \
                --ops ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad --json "$R/sweep.json" --plot "$R/sweep.png" ;;
-  candidates) # branch gpu-candidates (AddRuns' warps by the ids' count; the channel sum's loads in flight) against
-              # main, in turn, twice, after its kernels' bits. First, here (only what the runs need, for the carry):
+  candidates) # branch gpu-candidates (AddRuns' warps by the ids' count; the channel sum's loads in flight; the resize
+              # gradient's own kernel) against main, in turn, twice, after its kernels' bits. First, here (only what
+              # the runs need, for the carry):
               # mkdir -p branch-candidates && git archive gpu-candidates opbisect benchmarks | tar -x -C branch-candidates
            build
            run check_combine_branch 300 bash -c "cd branch-candidates && python3 benchmarks/check_combine.py"
@@ -128,8 +130,9 @@ case $PHASE in
              for tree in main candidates; do  # main's tree is this folder, the candidate's branch-candidates
                run "candidates_${tree}_$n" 300 bash -c "cd $([ $tree = main ] && echo . || echo branch-candidates) && \
                  python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json $R/candidates_${tree}_$n.json \
-                 --ops UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,BiasAddGrad --shapes 'embedding 8k x 256, \
-8k tokens;BERT word embedding;64k rows x 1k into 32k;32k x 512 table, 8k updates;ResNet stage 1, NCHW'"
+                 --ops UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,BiasAddGrad,ResizeBilinearGrad --shapes \
+'embedding 8k x 256, 8k tokens;BERT word embedding;64k rows x 1k into 32k;32k x 512 table, 8k updates;\
+ResNet stage 1, NCHW;112 -> 56, 64 channels;224 -> 112, 3 channels'"
              done
            done ;;
   nchw) build  # the channels-first bias gradient's own kernel (OpbisectChannelSum): checked, then its sweep rows
