@@ -120,7 +120,8 @@ case $PHASE in
              run sweep 540 python3 benchmarks/patch_sweep.py --device gpu --profile-over 1.05 \
                --ops ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad --json "$R/sweep.json" --plot "$R/sweep.png" ;;
   candidates) # branch gpu-candidates (AddRuns' warps by the ids' count; the channel sum's loads in flight; the resize
-              # gradient's own kernel) against main, in turn, twice, after its kernels' bits. First, here (only what
+              # gradient's own kernel; a tensor's scatter as the tensor plus its slots' sums) against main, in turn,
+              # twice, after its kernels' bits. First, here (only what
               # the runs need, for the carry):
               # mkdir -p branch-candidates && git archive gpu-candidates opbisect benchmarks | tar -x -C branch-candidates
            build
@@ -130,8 +131,10 @@ case $PHASE in
              for tree in main candidates; do  # main's tree is this folder, the candidate's branch-candidates
                run "candidates_${tree}_$n" 300 bash -c "cd $([ $tree = main ] && echo . || echo branch-candidates) && \
                  python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json $R/candidates_${tree}_$n.json \
-                 --ops UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,BiasAddGrad,ResizeBilinearGrad --shapes \
+                 --ops UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,TensorScatterAdd,BiasAddGrad,ResizeBilinearGrad \
+                 --shapes \
 'embedding 8k x 256, 8k tokens;BERT word embedding;64k rows x 1k into 32k;32k x 512 table, 8k updates;\
+32k x 512 tensor, 8k updates;\
 ResNet stage 1, NCHW;112 -> 56, 64 channels;224 -> 112, 3 channels'"
              done
            done ;;
