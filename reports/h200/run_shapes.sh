@@ -121,8 +121,7 @@ case $PHASE in
                --ops ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad --json "$R/sweep.json" --plot "$R/sweep.png" ;;
   candidates) # branch gpu-candidates (AddRuns' warps by the ids' count; the channel sum's loads in flight; the resize
               # gradient's own kernel; a tensor's scatter as the tensor plus its slots' sums) against main, in turn,
-              # twice, after its kernels' bits. First, here (only what
-              # the runs need, for the carry):
+              # twice, after its kernels' bits. First, here (only what the runs need, for the carry):
               # mkdir -p branch-candidates && git archive gpu-candidates opbisect benchmarks | tar -x -C branch-candidates
            build
            run check_combine_branch 300 bash -c "cd branch-candidates && python3 benchmarks/check_combine.py"
