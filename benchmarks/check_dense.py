@@ -58,7 +58,7 @@ for rows, cols in ((8192, 8192), (65536, 1024), (1000, 33)):
         failed += not ok
         print(f"column sum {rows} x {cols} {dtype.name:9s} runs {len(runs)} (BiasAddGrad: {len(plain_runs)} in 5)  "
               f"gpu == cpu bit for bit: {gpu == cpu}  {'ok' if ok else 'FAILED'}")
-# The channels-first bias gradient's patch (a row reduction, then the column sum): one result in 20 calls, and no
+# The channels-first bias gradient's patch (the own channel sum on a GPU): one result in 20 calls, and no
 # farther from the exact sum (float64) than twice the op's own kernel, or a few of the dtype's ulps of the largest.
 bias = PATCHES["BiasAddGrad"].build
 nchw = PatchContext(op_type="BiasAddGrad", attrs={"data_format": "NCHW"}, xla=False, on_cpu=kind != "gpu")

@@ -29,11 +29,11 @@ def bias_add_grad(ctx, out_backprop):
 
     channels_first = ctx.attrs.get("data_format", "NHWC").startswith("NC")  # axis 1 (also the last, for a matrix)
     rank = out_backprop.shape.rank
-    own = _own_op(ctx, out_backprop, "opbisect_column_sum")
-    if own is not None and rank is not None:
-        if channels_first and rank > 2:
-            return [_channel_sum(_own_op(ctx, out_backprop, "opbisect_channel_sum"), out_backprop)]
-        return [_column_sum(own, out_backprop)]
+    if rank is not None:
+        by_channel = channels_first and rank > 2
+        own = _own_op(ctx, out_backprop, "opbisect_channel_sum" if by_channel else "opbisect_column_sum")
+        if own is not None:
+            return [_channel_sum(own, out_backprop) if by_channel else _column_sum(own, out_backprop)]
     # Axes known at trace time are a constant: computed from tf.rank they are three more ops on every call (in a
     # loop body, on every iteration).
     dynamic = rank is None
@@ -51,30 +51,34 @@ def bias_add_grad(ctx, out_backprop):
 
 
 def _channel_sum(channels, x):
-    """The own op's sums over every axis but the channel's (axis 1), with the op's own gradient. TensorFlow's
-    reduce_sum over N, H and W read a ResNet's NCHW gradient at 2.3-4.9x the copy floor (1.36-1.55x the op, on the
-    H100: reports/h100/shapes)."""
+    """The own op's sums over every axis but the channel's (axis 1). TensorFlow's reduce_sum over N, H and W read a
+    ResNet's NCHW gradient at 2.3-4.9x the copy floor (1.36-1.55x the op, on the H100: reports/h100/shapes)."""
     import tensorflow as tf
 
-    @tf.custom_gradient
-    def summed(x):
-        def gradient(upstream):
-            return tf.broadcast_to(tf.reshape(upstream, [1, -1] + [1] * (x.shape.rank - 2)), tf.shape(x))
+    def batch_channels_positions(x):
         shape = tf.shape(x)
-        return channels(tf.reshape(x, [shape[0], shape[1], -1])), gradient
+        return tf.reshape(x, [shape[0], shape[1], -1])
 
-    return summed(x)
+    return _own_sum(channels, x, batch_channels_positions, [1, -1] + [1] * (x.shape.rank - 2))
 
 
 def _column_sum(columns, x):
-    """The own op's sums over every axis but the last, with the op's own gradient (the upstream broadcast back)."""
+    """The own op's sums over every axis but the last."""
+    import tensorflow as tf
+
+    return _own_sum(columns, x, lambda x: tf.reshape(x, [-1, tf.shape(x)[-1]]), [-1])
+
+
+def _own_sum(op, x, view, kept):
+    """op(view(x)) with the op's own gradient: the upstream sums, shaped `kept` (-1 at the channel's axis, 1 at the
+    others summed), broadcast back over x."""
     import tensorflow as tf
 
     @tf.custom_gradient
     def summed(x):
         def gradient(upstream):
-            return tf.broadcast_to(upstream, tf.shape(x))
-        return columns(tf.reshape(x, [-1, tf.shape(x)[-1]])), gradient
+            return tf.broadcast_to(tf.reshape(upstream, kept), tf.shape(x))
+        return op(view(x)), gradient
 
     return summed(x)
 

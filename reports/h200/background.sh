@@ -19,7 +19,8 @@ case $1 in
   stop)
     # The run's scripts and their Python children, by names no caller's command line holds (a pattern in the
     # caller's own line would end the caller too).
-    pkill -f "[r]un_shapes"; pkill -f "[s]egments_"; pkill -f "[c]heck_combine"; sleep 2; echo "stopped" ;;
+    pkill -f "[r]un_shapes"; pkill -f "[c]andidates_"; pkill -f "[c]heck_combine"; pkill -f "[c]heck_dense"
+    sleep 2; echo "stopped" ;;
   wait)
     # A machine that started no run here (a fresh one: the last went back while nothing called it) has nothing
     # to wait on: say so at once rather than sleep out the call (125: cannot test).
