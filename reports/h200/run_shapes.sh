@@ -31,6 +31,7 @@
 #                                              # the resize gradient
 #   bash reports/h200/run_shapes.sh nchw      # the channels-first bias gradient's own kernel: check_dense, its rows
 #   bash reports/h200/run_shapes.sh lease14   # nchw; on an H200 leanonly and BERT-base mixed; sweeprest; candidates
+#   bash reports/h200/run_shapes.sh lease15   # on an H200 leanonly and BERT-base mixed first; then candidates
 #   bash reports/h200/run_shapes.sh mixedfix  # opbisect fix of BERT-base mixed, from the script (a card whose
 #                                             # sources the H200's patch does not cover)
 # with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
@@ -146,6 +147,10 @@ ResNet stage 1, NCHW;112 -> 56, 64 channels;224 -> 112, 3 channels'"
            bash "$0" nchw
            if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
            bash "$0" sweeprest
+           if [ -d branch-candidates ]; then bash "$0" candidates; fi ;;
+  lease15) # the two goals only an H200 can answer first (a lease may end early), then the branch's candidates
+           build
+           if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
            if [ -d branch-candidates ]; then bash "$0" candidates; fi ;;
   leansweep) build
              for n in 1 2; do
