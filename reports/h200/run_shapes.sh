@@ -33,7 +33,8 @@
 #   bash reports/h200/run_shapes.sh lease14   # nchw; on an H200 leanonly and BERT-base mixed; sweeprest; candidates
 #   bash reports/h200/run_shapes.sh lease15   # on an H200 leanonly and BERT-base mixed first; then candidates
 #   bash reports/h200/run_shapes.sh candidates2 # the candidates' second round, the resize gradient's new gather: bits, then
-#                                               # one A/B of their rows (the first round: ../../h100/shapes/lease15)
+#                                               # one A/B of the resize, NCHW and tensor scatter rows (the first round:
+#                                               # ../../h100/shapes/lease15; a short lease)
 #   bash reports/h200/run_shapes.sh lease15b  # on an H200 leanonly; then candidates2
 #   bash reports/h200/run_shapes.sh mixedfix  # opbisect fix of BERT-base mixed, from the script (a card whose
 #                                             # sources the H200's patch does not cover)
@@ -160,9 +161,8 @@ ResNet stage 1, NCHW;112 -> 56, 64 channels;224 -> 112, 3 channels'"
                for tree in main candidates; do
                  run "candidates_${tree}_2" 300 bash -c "cd $([ $tree = main ] && echo . || echo branch-candidates) && \
                    python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json $R/candidates_${tree}_2.json \
-                   --ops ResizeBilinearGrad,BiasAddGrad,TensorScatterAdd,UnsortedSegmentSum,SegmentSum --shapes \
-'112 -> 56, 64 channels;224 -> 112, 3 channels;ResNet stage 1, NCHW;32k x 512 tensor, 8k updates;\
-embedding 8k x 256, 8k tokens;BERT word embedding'"
+                   --ops ResizeBilinearGrad,BiasAddGrad,TensorScatterAdd --shapes \
+'112 -> 56, 64 channels;224 -> 112, 3 channels;ResNet stage 1, NCHW;32k x 512 tensor, 8k updates'"
                done ;;
   lease15b) build
             if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; fi
