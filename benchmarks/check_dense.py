@@ -1,7 +1,7 @@
 """On the GPU: opbisect's dense ops (opbisect/kernels/dense.h) against their CPU kernels and TensorFlow's own, and
 their runs (20 calls, one result): the cross-entropy (the same order; exp and log may round apart on the two
-machines), the column sum (bit for bit), and the channels-first bias gradient's patch (one result, as near the
-exact sum as the op's own kernel)."""
+machines), the column sum (bit for bit), and the channels-first bias gradient's patch (one result, bit for bit,
+as near the exact sum as the op's own kernel)."""
 
 import os
 import sys
@@ -71,10 +71,12 @@ for shape in ((32, 256, 56, 56), (8, 64, 7, 7)):
             runs = {bias(nchw, x)[0].numpy().tobytes() for _ in range(20)}
             got = bias(nchw, x)[0]
             own = tf.raw_ops.BiasAddGrad(out_backprop=x, data_format="NCHW")
+        with tf.device("/CPU:0"):  # the channel sum's CPU kernel, which adds in the GPU's order
+            same = bias(nchw, x)[0].numpy().tobytes() == got.numpy().tobytes()
         err, own_err = (float(np.max(np.abs(tf.cast(t, tf.float64).numpy() - truth))) for t in (got, own))
         rel = {"float32": 1e-5, "float16": 2 ** -9, "bfloat16": 2 ** -6}[dtype.name]
-        ok = len(runs) == 1 and err <= max(2 * own_err, rel * float(np.max(np.abs(truth))))
+        ok = len(runs) == 1 and same and err <= max(2 * own_err, rel * float(np.max(np.abs(truth))))
         failed += not ok
         print(f"bias gradient NCHW {shape} {dtype.name:9s} runs {len(runs)}  |patched - exact| {err:.2e}  "
-              f"|BiasAddGrad - exact| {own_err:.2e}  {'ok' if ok else 'FAILED'}")
+              f"|BiasAddGrad - exact| {own_err:.2e}  gpu == cpu bit for bit: {same}  {'ok' if ok else 'FAILED'}")
 sys.exit(1 if failed else 0)
