@@ -1,7 +1,7 @@
 """On the GPU: opbisect's dense ops (opbisect/kernels/dense.h) against their CPU kernels and TensorFlow's own, and
 their runs (20 calls, one result): the cross-entropy (the same order; exp and log may round apart on the two
-machines), the column sum (bit for bit), and the channels-first bias gradient's patch (one result, bit for bit,
-as near the exact sum as the op's own kernel)."""
+machines), the column sum (bit for bit), the channels-first bias gradient's patch (one result, bit for bit, as near
+the exact sum as the op's own kernel), and the resize gradient's own op (bit for bit, one result)."""
 
 import os
 import sys
@@ -79,4 +79,24 @@ for shape in ((32, 256, 56, 56), (8, 64, 7, 7)):
         failed += not ok
         print(f"bias gradient NCHW {shape} {dtype.name:9s} runs {len(runs)}  |patched - exact| {err:.2e}  "
               f"|BiasAddGrad - exact| {own_err:.2e}  gpu == cpu bit for bit: {same}  {'ok' if ok else 'FAILED'}")
+# The resize gradient's own op: one result in 20 calls, the GPU's bits the CPU kernel's, near TensorFlow's kernel.
+for (ih, iw), (oh, ow), c in (((56, 56), (112, 112), 64), ((224, 224), (112, 112), 3), ((7, 9), (20, 13), 5)):
+    for align, half in ((False, True), (False, False), (True, False)):
+        g = rng.standard_normal((8, oh, ow, c)).astype(np.float32)
+        image = tf.zeros((8, ih, iw, c))
+        flags = dict(align_corners=align, half_pixel_centers=half)
+        with tf.device(DEV):
+            runs = {ops.opbisect_resize_bilinear_grad(g, image, **flags).numpy().tobytes() for _ in range(20)}
+            got = ops.opbisect_resize_bilinear_grad(g, image, **flags).numpy()
+            plain_runs = {tf.raw_ops.ResizeBilinearGrad(grads=g, original_image=image, **flags).numpy().tobytes()
+                          for _ in range(5)}
+            want = tf.raw_ops.ResizeBilinearGrad(grads=g, original_image=image, **flags).numpy()
+        with tf.device("/CPU:0"):
+            cpu = ops.opbisect_resize_bilinear_grad(g, image, **flags).numpy()
+        gap = float(np.max(np.abs(got - want)))
+        ok = len(runs) == 1 and got.tobytes() == cpu.tobytes() and gap <= 1e-5 * float(np.max(np.abs(want)))
+        failed += not ok
+        print(f"resize gradient {ih}x{iw} <- {oh}x{ow} x {c} align {align:d} half {half:d}  runs {len(runs)} (the "
+              f"op's: {len(plain_runs)} in 5)  gpu == cpu bit for bit: {got.tobytes() == cpu.tobytes()}  |own - op's| "
+              f"{gap:.2e}  {'ok' if ok else 'FAILED'}")
 sys.exit(1 if failed else 0)

@@ -228,3 +228,76 @@ def test_gradients_through_the_own_ops_are_tensorflows():
                 y = scalar(f(x))
             grads.append(tape.gradient(y, x).numpy())
         np.testing.assert_allclose(grads[1], grads[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def resize_grad():
+    return kernels.load(cuda=False).opbisect_resize_bilinear_grad
+
+
+def taps(o, size_in, scale, half):
+    """Output position o's taps and upper weight, in float32 as dense.h's ResizeTaps (no fused multiply-add)."""
+    f32 = np.float32
+    where = f32(f32(f32(o) + f32(0.5)) * scale) - f32(0.5) if half else f32(f32(o) * scale)
+    down = f32(np.floor(where))
+    return max(int(down), 0), min(int(np.ceil(where)), size_in - 1), f32(where - down)
+
+
+def gathered(g, size_in, align, half):
+    """The resize gradient's definition in NumPy (dense.h): each input element gathers, rows then columns in
+    increasing order, grads * wy * wx, each product and sum rounded to float32."""
+    n, oh, ow, c = g.shape
+    f32 = np.float32
+
+    def weights(out, size):
+        scale = f32((size - 1) / f32(out - 1)) if align and out > 1 else f32(size / f32(out))
+        table = np.zeros((out, size), np.float32)
+        for o in range(out):
+            low, high, lerp = taps(o, size, scale, half)
+            for i in range(size):
+                table[o, i] = f32((f32(1) - lerp if low == i else f32(0)) + (lerp if high == i else f32(0)))
+        return table
+
+    wy, wx = weights(oh, size_in[0]), weights(ow, size_in[1])
+    out = np.zeros((n, *size_in, c), np.float32)
+    for i, j in np.ndindex(*size_in):
+        for y in np.flatnonzero(wy[:, i]):  # the outputs that read row i, in increasing order (all, where zero)
+            for x in np.flatnonzero(wx[:, j]):
+                out[:, i, j] = (out[:, i, j] + (g[:, y, x] * wy[y, i]).astype(np.float32) * wx[x, j]).astype(
+                    np.float32)
+    return out
+
+
+@pytest.mark.parametrize("size_in,size_out", [((5, 7), (10, 14)), ((12, 9), (6, 4)), ((1, 3), (4, 5)),
+                                              ((6, 5), (13, 2)), ((3, 4), (1, 1))])
+@pytest.mark.parametrize("align,half", [(False, False), (False, True), (True, False)])
+def test_the_resize_gradient_gathers_in_the_documented_order_bit_for_bit(resize_grad, size_in, size_out, align, half):
+    g = (np.random.default_rng(7).standard_normal((2, *size_out, 3)) * 100).astype(np.float32)
+    image = np.zeros((2, *size_in, 3), np.float32)
+    got = resize_grad(g, image, align_corners=align, half_pixel_centers=half).numpy()
+    assert got.tobytes() == gathered(g, size_in, align, half).tobytes()
+    want = tf.raw_ops.ResizeBilinearGrad(grads=g, original_image=image, align_corners=align,
+                                         half_pixel_centers=half).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)  # TensorFlow's kernel: the same terms, other order
+
+
+def test_the_resize_gradient_is_the_own_op_on_a_gpu_with_the_resize_as_its_gradient():
+    rng = np.random.default_rng(8)
+    g = tf.constant(rng.standard_normal((2, 9, 8, 3)).astype(np.float32))
+    image = tf.zeros((2, 4, 5, 3), tf.float16)
+    build = PATCHES["ResizeBilinearGrad"].build
+    attrs = {"align_corners": False, "half_pixel_centers": True}
+    gpu = PatchContext(op_type="ResizeBilinearGrad", attrs=attrs, xla=False, on_cpu=False)
+    graph = tf.function(lambda a, b: build(gpu, a, b)).get_concrete_function(g, image).graph
+    assert "OpbisectResizeBilinearGrad" in {op.type for op in graph.get_operations()}
+    cpu = dataclasses.replace(gpu, on_cpu=True)
+    graph = tf.function(lambda a, b: build(cpu, a, b)).get_concrete_function(g, image).graph
+    assert "OpbisectResizeBilinearGrad" not in {op.type for op in graph.get_operations()}
+    upstream = tf.constant(rng.standard_normal((2, 4, 5, 3)).astype(np.float16))
+    with tf.GradientTape() as tape:
+        tape.watch(g)
+        (out,) = build(gpu, g, image)
+        scalar = tf.reduce_sum(tf.cast(out, tf.float32) * tf.cast(upstream, tf.float32))
+    assert out.dtype == tf.float16
+    want = tf.raw_ops.ResizeBilinear(images=tf.cast(upstream, tf.float32), size=[9, 8], half_pixel_centers=True)
+    np.testing.assert_allclose(tape.gradient(scalar, g).numpy(), want.numpy(), rtol=1e-5, atol=1e-5)

@@ -53,7 +53,7 @@ inline int XentThreads(int64_t c) {
   return threads;
 }
 
-enum DenseType : int { kDenseF32 = 0, kDenseF16 = 1, kDenseBF16 = 2 };
+enum DenseType : int { kDenseF32 = 0, kDenseF16 = 1, kDenseBF16 = 2, kDenseF64 = 3 };
 
 // Enqueues the op on `stream` (a cudaStream_t); n >= 1, c >= 1. Returns a CUDA error code (0: none).
 int LaunchSoftmaxXent(int type, const void* features, const void* labels, bool labels64, int64_t n, int64_t c,
@@ -95,5 +95,101 @@ inline int ChannelThreads(int64_t s) {  // a function of s alone: the order depe
 
 // Enqueues the op on `stream`; `part` holds n * c floats.
 int LaunchChannelSum(int type, const void* x, int64_t n, int64_t c, int64_t s, void* out, float* part, void* stream);
+
+// The deterministic bilinear resize gradient (`OpbisectResizeBilinearGrad`): grads[n, oh, ow, c] (float) ->
+// out[n, ih, iw, c] = the sum, over the output pixels (y, x) whose interpolation reads input pixel (i, j), of
+// grads[n, y, x, c] * wy(y, i) * wx(x, j), with each axis' taps and weights as TensorFlow's resize computes them
+// (ResizeTaps). TensorFlow's GPU kernel scatters each output pixel's four terms with atomics; this gathers: one GPU
+// thread an output element, its rows y and then its columns x in increasing order, each product rounded as
+// written (no fused multiply-add, so that the CPU kernel gives the same bits). On an H100 the former patch, two
+// float64 matmuls with the interpolation matrices, took 2.7-3.3x the op (reports/h100/shapes/README.md#lease14).
+struct ResizeAxis {
+  int64_t in, out;  // the original image's size on this axis, the resized one's
+  float scale;      // as TensorFlow's CalculateResizeScale
+  bool half_pixel;
+};
+
+OPBISECT_HOST_DEVICE inline float ResizeMul(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+OPBISECT_HOST_DEVICE inline float ResizeAdd(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+inline ResizeAxis MakeResizeAxis(int64_t in, int64_t out, bool align_corners, bool half_pixel) {
+  const float scale = (align_corners && out > 1) ? (in - 1) / static_cast<float>(out - 1)
+                                                 : in / static_cast<float>(out);
+  return ResizeAxis{in, out, scale, half_pixel};
+}
+
+// Output position o's two taps on the input axis and the upper one's weight, as TensorFlow's resize computes them.
+OPBISECT_HOST_DEVICE inline void ResizeTaps(const ResizeAxis& a, int64_t o, int64_t* low, int64_t* high,
+                                            float* lerp) {
+  const float where = a.half_pixel ? ResizeAdd(ResizeMul(ResizeAdd(static_cast<float>(o), 0.5f), a.scale), -0.5f)
+                                   : ResizeMul(static_cast<float>(o), a.scale);
+  const float down = floorf(where);
+  *low = static_cast<int64_t>(down) > 0 ? static_cast<int64_t>(down) : 0;
+  *high = static_cast<int64_t>(ceilf(where)) < a.in - 1 ? static_cast<int64_t>(ceilf(where)) : a.in - 1;
+  *lerp = ResizeAdd(where, -down);
+}
+
+// Input position i's weight in output position o (zero where o does not read it; both taps' where both are i).
+OPBISECT_HOST_DEVICE inline float ResizeWeight(const ResizeAxis& a, int64_t o, int64_t i) {
+  int64_t low, high;
+  float lerp;
+  ResizeTaps(a, o, &low, &high, &lerp);
+  return ResizeAdd(low == i ? ResizeAdd(1.0f, -lerp) : 0.0f, high == i ? lerp : 0.0f);
+}
+
+// The outputs that read input position i: [first, last] (empty: first > last). The taps never decrease with o, so
+// the first is the first whose upper tap reaches i and the last the last whose lower tap is at most i.
+OPBISECT_HOST_DEVICE inline void ResizeRange(const ResizeAxis& a, int64_t i, int64_t* first, int64_t* last) {
+  int64_t lo = 0, hi = a.out;  // the first o with high(o) >= i, in [0, out]
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    int64_t low, high;
+    float lerp;
+    ResizeTaps(a, mid, &low, &high, &lerp);
+    if (high >= i) hi = mid; else lo = mid + 1;
+  }
+  *first = lo;
+  lo = 0, hi = a.out;  // the first o with low(o) > i
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    int64_t low, high;
+    float lerp;
+    ResizeTaps(a, mid, &low, &high, &lerp);
+    if (low > i) hi = mid; else lo = mid + 1;
+  }
+  *last = lo - 1;
+}
+
+// One output element: its rows, then its columns, in increasing order. `grads` points at image n's [oh, ow, c].
+OPBISECT_HOST_DEVICE inline float ResizeGradAt(const float* grads, const ResizeAxis& ay, const ResizeAxis& ax,
+                                               int64_t c, int64_t i, int64_t j, int64_t k) {
+  int64_t y0, y1, x0, x1;
+  ResizeRange(ay, i, &y0, &y1);
+  ResizeRange(ax, j, &x0, &x1);
+  float acc = 0.0f;
+  for (int64_t y = y0; y <= y1; ++y) {
+    const float wy = ResizeWeight(ay, y, i);
+    for (int64_t x = x0; x <= x1; ++x)
+      acc = ResizeAdd(acc, ResizeMul(ResizeMul(grads[(y * ax.out + x) * c + k], wy), ResizeWeight(ax, x, j)));
+  }
+  return acc;
+}
+
+// Enqueues the op on `stream`: out is [n, ay.in, ax.in, c] of `type` (a DenseType).
+int LaunchResizeGrad(int type, const float* grads, int64_t n, const ResizeAxis& ay, const ResizeAxis& ax, int64_t c,
+                     void* out, void* stream);
 
 }  // namespace opbisect

@@ -134,7 +134,38 @@ cudaError_t ChannelSum(const void* x, int64_t n, int64_t c, int64_t s, void* out
   return cudaGetLastError();
 }
 
+template <typename T>
+__global__ void ResizeGrad(const float* grads, int64_t total, ResizeAxis ay, ResizeAxis ax, int64_t c, T* out) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total; e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t k = e % c, j = (e / c) % ax.in, i = (e / c / ax.in) % ay.in, image = e / c / ax.in / ay.in;
+    const float sum = ResizeGradAt(grads + image * ay.out * ax.out * c, ay, ax, c, i, j, k);
+    out[e] = static_cast<T>(sum);
+  }
+}
+
+template <typename T>
+cudaError_t ResizeGradTyped(const float* grads, int64_t n, const ResizeAxis& ay, const ResizeAxis& ax, int64_t c,
+                            void* out, cudaStream_t stream) {
+  const int64_t total = n * ay.in * ax.in * c;
+  if (total == 0) return cudaSuccess;
+  const int64_t blocks = (total + 255) / 256;
+  ResizeGrad<T><<<static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16), 256, 0, stream>>>(
+      grads, total, ay, ax, c, static_cast<T*>(out));
+  return cudaGetLastError();
+}
+
 }  // namespace
+
+int LaunchResizeGrad(int type, const float* grads, int64_t n, const ResizeAxis& ay, const ResizeAxis& ax, int64_t c,
+                     void* out, void* raw_stream) {
+  cudaStream_t stream = static_cast<cudaStream_t>(raw_stream);
+  switch (type) {
+    case kDenseF32: return ResizeGradTyped<float>(grads, n, ay, ax, c, out, stream);
+    case kDenseF64: return ResizeGradTyped<double>(grads, n, ay, ax, c, out, stream);
+    case kDenseF16: return ResizeGradTyped<__half>(grads, n, ay, ax, c, out, stream);
+    default: return ResizeGradTyped<__nv_bfloat16>(grads, n, ay, ax, c, out, stream);
+  }
+}
 
 int LaunchChannelSum(int type, const void* x, int64_t n, int64_t c, int64_t s, void* out, float* part,
                      void* raw_stream) {

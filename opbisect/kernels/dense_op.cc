@@ -57,6 +57,20 @@ REGISTER_OP("OpbisectChannelSum")
       return absl::OkStatus();
     });
 
+REGISTER_OP("OpbisectResizeBilinearGrad")
+    .Input("grads: float")
+    .Input("original_image: T")
+    .Output("output: T")
+    .Attr("T: {half, bfloat16, float, double}")
+    .Attr("align_corners: bool = false")
+    .Attr("half_pixel_centers: bool = false")
+    .SetShapeFn([](tf::shape_inference::InferenceContext* c) {
+      tf::shape_inference::ShapeHandle image;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 4, &image));
+      c->set_output(0, image);
+      return absl::OkStatus();
+    });
+
 namespace {
 
 absl::Status Prepare(tf::OpKernelContext* c, int64_t* n, int64_t* classes, tf::Tensor** loss, tf::Tensor** backprop) {
@@ -179,6 +193,62 @@ class ChannelSumCpu : public tf::OpKernel {
   }
 };
 
+// The resize gradient's shapes and axes; the output allocated (the original image's shape).
+class ResizeGradBase : public tf::OpKernel {
+ public:
+  explicit ResizeGradBase(tf::OpKernelConstruction* c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("align_corners", &align_corners_));
+    OP_REQUIRES_OK(c, c->GetAttr("half_pixel_centers", &half_pixel_));
+  }
+
+ protected:
+  absl::Status Prepare(tf::OpKernelContext* c, ResizeAxis* ay, ResizeAxis* ax, tf::Tensor** out) const {
+    const tf::Tensor& grads = c->input(0);
+    const tf::Tensor& image = c->input(1);
+    if (grads.dims() != 4 || image.dims() != 4 || grads.dim_size(0) != image.dim_size(0) ||
+        grads.dim_size(3) != image.dim_size(3))
+      return tf::errors::InvalidArgument("OpbisectResizeBilinearGrad: grads and original_image must be [n, h, w, c] "
+                                         "with the same n and c");
+    *ay = MakeResizeAxis(image.dim_size(1), grads.dim_size(1), align_corners_, half_pixel_);
+    *ax = MakeResizeAxis(image.dim_size(2), grads.dim_size(2), align_corners_, half_pixel_);
+    return c->allocate_output(0, image.shape(), out);
+  }
+
+ private:
+  bool align_corners_ = false, half_pixel_ = false;
+};
+
+template <typename T>
+class ResizeGradCpu : public ResizeGradBase {
+ public:
+  explicit ResizeGradCpu(tf::OpKernelConstruction* c) : ResizeGradBase(c) {}
+  void Compute(tf::OpKernelContext* c) override {
+    ResizeAxis ay, ax;
+    tf::Tensor* out_t;
+    OP_REQUIRES_OK(c, Prepare(c, &ay, &ax, &out_t));
+    const float* grads = c->input(0).flat<float>().data();
+    T* out = out_t->flat<T>().data();
+    const int64_t n = out_t->dim_size(0), channels = out_t->dim_size(3);
+    for (int64_t image = 0, e = 0; image < n; ++image)  // each element as one GPU thread computes it
+      for (int64_t i = 0; i < ay.in; ++i)
+        for (int64_t j = 0; j < ax.in; ++j)
+          for (int64_t k = 0; k < channels; ++k, ++e)
+            out[e] = static_cast<T>(ResizeGradAt(grads + image * ay.out * ax.out * channels, ay, ax, channels, i, j,
+                                                 k));
+  }
+};
+
+#define OPBISECT_RESIZE(DEVICE, KERNEL)                                                                          \
+  REGISTER_KERNEL_BUILDER(Name("OpbisectResizeBilinearGrad").Device(DEVICE).TypeConstraint<Eigen::half>("T"),    \
+                          KERNEL<Eigen::half>);                                                                  \
+  REGISTER_KERNEL_BUILDER(Name("OpbisectResizeBilinearGrad").Device(DEVICE).TypeConstraint<Eigen::bfloat16>("T"), \
+                          KERNEL<Eigen::bfloat16>);                                                              \
+  REGISTER_KERNEL_BUILDER(Name("OpbisectResizeBilinearGrad").Device(DEVICE).TypeConstraint<float>("T"),          \
+                          KERNEL<float>);                                                                        \
+  REGISTER_KERNEL_BUILDER(Name("OpbisectResizeBilinearGrad").Device(DEVICE).TypeConstraint<double>("T"),         \
+                          KERNEL<double>)
+OPBISECT_RESIZE(tf::DEVICE_CPU, ResizeGradCpu);
+
 // The three ops, for every dtype they take, on one device with its kernels.
 #define OPBISECT_DENSE_KERNELS(DEVICE, XENT, COLUMNS, CHANNELS, T)                                              \
   REGISTER_KERNEL_BUILDER(Name("OpbisectSoftmaxXent").Device(DEVICE).TypeConstraint<T>("T"), XENT<T>);  \
@@ -254,6 +324,27 @@ class ChannelSumGpu : public tf::OpKernel {
 };
 
 OPBISECT_DENSE(tf::DEVICE_GPU, SoftmaxXentGpu, ColumnSumGpu, ChannelSumGpu);
+
+template <typename T> constexpr int kResizeType = kDenseType<T>;
+template <> constexpr int kResizeType<double> = kDenseF64;
+
+template <typename T>
+class ResizeGradGpu : public ResizeGradBase {
+ public:
+  explicit ResizeGradGpu(tf::OpKernelConstruction* c) : ResizeGradBase(c) {}
+  void Compute(tf::OpKernelContext* c) override {
+    ResizeAxis ay, ax;
+    tf::Tensor* out;
+    OP_REQUIRES_OK(c, Prepare(c, &ay, &ax, &out));
+    void* stream;
+    OP_REQUIRES_OK(c, GpuStream(c, "OpbisectResizeBilinearGrad", &stream));
+    OP_REQUIRES_OK(c, CudaStatus("OpbisectResizeBilinearGrad", LaunchResizeGrad(
+        kResizeType<T>, c->input(0).flat<float>().data(), out->dim_size(0), ay, ax, out->dim_size(3),
+        const_cast<char*>(out->tensor_data().data()), stream)));
+  }
+};
+
+OPBISECT_RESIZE(tf::DEVICE_GPU, ResizeGradGpu);
 #endif
 
 }  // namespace

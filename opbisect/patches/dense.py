@@ -168,12 +168,18 @@ def _interpolation(out_size, in_size, align_corners: bool, half_pixel: bool):
     return tf.one_hot(lower, in_size) * (1 - lerp) + tf.one_hot(upper, in_size) * lerp
 
 
-@register("ResizeBilinearGrad", how="two float64 matmuls with the resize's interpolation matrices")
+@register("ResizeBilinearGrad", how="on a GPU opbisect's own kernel (each input pixel gathers its output pixels' "
+                                    "terms in one fixed order, no atomics); elsewhere two float64 matmuls with the "
+                                    "resize's interpolation matrices")
 def resize_bilinear_grad(ctx, grads, original_image):
-    """In float64: a float32 matmul runs in TensorFloat-32 on recent GPUs by default (10-bit mantissa), which put
-    the first version 0.06 away from the kernel on the H200."""
+    """The matmuls in float64: a float32 matmul runs in TensorFloat-32 on recent GPUs by default (10-bit mantissa),
+    which put the first version 0.06 away from the kernel on the H200. They took 2.7-3.3x the op on an H100 (the
+    casts and transposes around cuBLAS's float64 GEMMs, 7 launches against 2): hence the own kernel."""
     import tensorflow as tf
 
+    own = _own_op(ctx, grads, "opbisect_resize_bilinear_grad")
+    if own is not None:
+        return [_own_resize_grad(own, ctx, grads, original_image)]
     out_h, out_w = tf.shape(grads)[1], tf.shape(grads)[2]
     in_h, in_w = tf.shape(original_image)[1], tf.shape(original_image)[2]
     align, half = bool(ctx.attrs.get("align_corners")), bool(ctx.attrs.get("half_pixel_centers"))
@@ -182,6 +188,24 @@ def resize_bilinear_grad(ctx, grads, original_image):
     wide = tf.float64
     g, wy, wx = tf.cast(grads, wide), tf.cast(wy, wide), tf.cast(wx, wide)
     return [tf.cast(tf.einsum("byxc,yi,xj->bijc", g, wy, wx), original_image.dtype)]
+
+
+def _own_resize_grad(own, ctx, grads, original_image):
+    """The own op, with the op's own gradient in grads (the forward resize; none in the image, which only gives the
+    output's shape)."""
+    import tensorflow as tf
+
+    flags = dict(align_corners=bool(ctx.attrs.get("align_corners")),
+                 half_pixel_centers=bool(ctx.attrs.get("half_pixel_centers")))
+
+    @tf.custom_gradient
+    def summed(grads, original_image):
+        def gradient(upstream):
+            size = tf.shape(grads)[1:3]
+            return tf.raw_ops.ResizeBilinear(images=upstream, size=size, **flags), None
+        return own(grads, original_image, **flags), gradient
+
+    return summed(grads, original_image)
 
 
 switch_only(("Conv2DBackpropFilter", "Conv2DBackpropInput", "Conv3DBackpropFilterV2", "Conv3DBackpropInputV2",
