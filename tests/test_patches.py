@@ -175,6 +175,26 @@ def test_nd_scatters_combine_repeated_index_rows(rng, form):
     assert bitwise(ours.numpy(), plain.numpy())
 
 
+def test_a_gpu_tensor_scatter_is_the_tensor_plus_its_slots_sums_dropping_rows_out_of_range(rng):
+    """Where the tensor is at most 8x the updates, on a GPU: the own segment sum of each slot's rows, added to the
+    tensor (no ScatterNd); an index row with any component out of range adds nothing, as the GPU kernel ignores it."""
+    tensor = integers(rng, (6, 5, 3))
+    indices = rng.integers(0, 3, (60, 2)).astype(np.int32)
+    indices[::7] = [[1, -1], [6, 0], [-2, 4], [2, 5], [0, 0], [5, 4], [3, 3], [9, 9], [1, 1]][:len(indices[::7])]
+    updates = integers(rng, (60, 3))
+    kept = [(i, u) for i, u in zip(indices, updates.numpy()) if 0 <= i[0] < 6 and 0 <= i[1] < 5]
+    want = tensor.numpy().copy()
+    for (a, b), u in kept:
+        want[a, b] += u
+    ctx = PatchContext(op_type="TensorScatterAdd", attrs={}, **FORMS["gpu"])
+    fn = tf.function(lambda *xs: PATCHES["TensorScatterAdd"].build(ctx, *xs), autograph=False)
+    ops = {op.type for op in fn.get_concrete_function(tensor, indices, updates).graph.get_operations()}
+    assert "OpbisectSegmentSum" in ops and "TensorScatterAdd" not in ops
+    assert bitwise(fn(tensor, indices, updates)[0].numpy(), want)
+    (got,) = patched("ScatterNd", "gpu", tf.constant(indices), updates, tf.constant([6, 5, 3]))
+    assert bitwise(got, want - tensor.numpy())
+
+
 @pytest.mark.parametrize("form", ["gpu", "cpu"])  # no XLA kernel for bincount's shape-from-value output
 def test_weighted_bincount_is_a_segment_sum(rng, form):
     values = tf.constant(rng.integers(0, 12, 700).astype(np.int32))  # 10, 11: past `size`, dropped

@@ -533,24 +533,65 @@ def _nd_scatter(ctx, write, target, indices, updates, shape):
     return write(target, tf.gather(index_rows, positions), sums)
 
 
+# A tensor's scatter on a GPU becomes the tensor plus every slot's sum (`_slot_sums`) where the tensor holds at most
+# this many times the updates' elements: the sum reads and writes the whole tensor about four times (about 11 ps an
+# element on an H100), where TensorFlow's ScatterNd kernel, which the combined form still runs, took about 150 ps an
+# update's element (630 us for 8k rows of 512: reports/h100/shapes/README.md#lease14).
+_DENSE_SCATTER_GROWTH = 8
+
+
+def _slot_sums(ctx, indices, updates, shape):
+    """Every slot's updates summed by the own segment sum (each slot's rows in one fixed order), as a tensor of
+    `shape`; an index row with a component out of range is dropped, as the GPU kernels drop it. None where the own
+    ops do not run, or the index depth is not known."""
+    import tensorflow as tf
+
+    k = indices.shape[-1]
+    if usable_own_ops(ctx) is None or updates.dtype.name not in _SORT_KERNEL_DTYPES or k is None:
+        return None
+    keys, index_rows = _linear(indices, shape)
+    dims = tf.cast(shape[:k], tf.int64)
+    wide = tf.cast(index_rows, tf.int64)
+    keys = tf.where(tf.reduce_all((wide >= 0) & (wide < dims), axis=1), keys, -1)
+    rows = tf.reshape(updates, tf.concat([[-1], tf.shape(updates)[_rank(indices) - 1:]], 0))
+    return tf.reshape(_combined_sum(rows, keys, tf.reduce_prod(dims)), shape)
+
+
+def _tensor_scatter(ctx, write, tensor, indices, updates):
+    """The tensor plus (or minus) its slots' sums where the tensor is at most _DENSE_SCATTER_GROWTH times the
+    updates (sizes known while tracing); else the combined scatter."""
+    import tensorflow as tf
+
+    size, moved = tensor.shape.num_elements(), updates.shape.num_elements()
+    if size is not None and moved and size <= _DENSE_SCATTER_GROWTH * moved:
+        sums = _slot_sums(ctx, indices, updates, tf.shape(tensor))
+        if sums is not None:
+            return tensor + sums if write is tf.tensor_scatter_nd_add else tensor - sums
+    return _nd_scatter(ctx, write, tensor, indices, updates, tf.shape(tensor))
+
+
 @register("TensorScatterAdd", how=_SCATTER_HOW)
 def tensor_scatter_add(ctx, tensor, indices, updates):
     import tensorflow as tf
 
-    return [_nd_scatter(ctx, tf.tensor_scatter_nd_add, tensor, indices, updates, tf.shape(tensor))]
+    return [_tensor_scatter(ctx, tf.tensor_scatter_nd_add, tensor, indices, updates)]
 
 
 @register("TensorScatterSub", how=_SCATTER_HOW)
 def tensor_scatter_sub(ctx, tensor, indices, updates):
     import tensorflow as tf
 
-    return [_nd_scatter(ctx, tf.tensor_scatter_nd_sub, tensor, indices, updates, tf.shape(tensor))]
+    return [_tensor_scatter(ctx, tf.tensor_scatter_nd_sub, tensor, indices, updates)]
 
 
 @register("ScatterNd", how=_SCATTER_HOW)
 def scatter_nd(ctx, indices, updates, shape):
+    """On a GPU the slots' sums themselves (zeros plus the sums is the sums); else zeros and the combined scatter."""
     import tensorflow as tf
 
+    sums = _slot_sums(ctx, indices, updates, shape)
+    if sums is not None:
+        return [sums]
     zeros = tf.zeros(shape, updates.dtype)
     return [_nd_scatter(ctx, tf.tensor_scatter_nd_add, zeros, indices, updates, shape)]
 
