@@ -269,7 +269,8 @@ def gathered(g, size_in, align, half):
 
 
 @pytest.mark.parametrize("size_in,size_out", [((5, 7), (10, 14)), ((12, 9), (6, 4)), ((1, 3), (4, 5)),
-                                              ((6, 5), (13, 2)), ((3, 4), (1, 1))])
+                                              ((6, 5), (13, 2)), ((3, 4), (1, 1)), ((2, 3), (37, 50)),
+                                              ((40, 30), (3, 2))])
 @pytest.mark.parametrize("align,half", [(False, False), (False, True), (True, False)])
 def test_the_resize_gradient_gathers_in_the_documented_order_bit_for_bit(resize_grad, size_in, size_out, align, half):
     g = (np.random.default_rng(7).standard_normal((2, *size_out, 3)) * 100).astype(np.float32)

@@ -150,27 +150,35 @@ OPBISECT_HOST_DEVICE inline float ResizeWeight(const ResizeAxis& a, int64_t o, i
   return ResizeAdd(low == i ? ResizeAdd(1.0f, -lerp) : 0.0f, high == i ? lerp : 0.0f);
 }
 
-// The outputs that read input position i: [first, last] (empty: first > last). The taps never decrease with o, so
-// the first is the first whose upper tap reaches i and the last the last whose lower tap is at most i.
+// The first output position o in [0, out] where `reaches(o)` holds; `reaches` never turns false as o grows (the taps
+// never decrease with o). From an estimate, stepped to the exact bound: where the estimate is off by a rounding the
+// steps are one or two, against a binary search's log2(out) taps for every element (an H100: the search made the
+// gather kernel compute-bound, 2.7x the op at 64 channels).
+template <typename Reaches>
+OPBISECT_HOST_DEVICE inline int64_t ResizeFirst(const ResizeAxis& a, float estimate, Reaches reaches) {
+  int64_t o = estimate > 0.0f ? (estimate < static_cast<float>(a.out) ? static_cast<int64_t>(estimate) : a.out) : 0;
+  while (o > 0 && reaches(o - 1)) --o;
+  while (o < a.out && !reaches(o)) ++o;
+  return o;
+}
+
+// The output position whose sampling point is at input coordinate `at`, as a float estimate (inverting ResizeTaps).
+OPBISECT_HOST_DEVICE inline float ResizeInverse(const ResizeAxis& a, float at) {
+  if (!(a.scale > 0.0f)) return 0.0f;  // a one-pixel axis with corners aligned: every output reads pixel 0
+  return a.half_pixel ? (at + 0.5f) / a.scale - 0.5f : at / a.scale;
+}
+
+// The outputs that read input position i: [first, last] (empty: first > last). The first is the first whose upper
+// tap reaches i (its point above i - 1), the last the one before the first whose lower tap passes i (point >= i + 1).
 OPBISECT_HOST_DEVICE inline void ResizeRange(const ResizeAxis& a, int64_t i, int64_t* first, int64_t* last) {
-  int64_t lo = 0, hi = a.out;  // the first o with high(o) >= i, in [0, out]
-  while (lo < hi) {
-    const int64_t mid = (lo + hi) / 2;
+  auto tap = [&a](int64_t o, bool upper) {
     int64_t low, high;
     float lerp;
-    ResizeTaps(a, mid, &low, &high, &lerp);
-    if (high >= i) hi = mid; else lo = mid + 1;
-  }
-  *first = lo;
-  lo = 0, hi = a.out;  // the first o with low(o) > i
-  while (lo < hi) {
-    const int64_t mid = (lo + hi) / 2;
-    int64_t low, high;
-    float lerp;
-    ResizeTaps(a, mid, &low, &high, &lerp);
-    if (low > i) hi = mid; else lo = mid + 1;
-  }
-  *last = lo - 1;
+    ResizeTaps(a, o, &low, &high, &lerp);
+    return upper ? high : low;
+  };
+  *first = ResizeFirst(a, ResizeInverse(a, static_cast<float>(i - 1)), [&](int64_t o) { return tap(o, true) >= i; });
+  *last = ResizeFirst(a, ResizeInverse(a, static_cast<float>(i + 1)), [&](int64_t o) { return tap(o, false) > i; }) - 1;
 }
 
 // One output element: its rows, then its columns, in increasing order. `grads` points at image n's [oh, ow, c].

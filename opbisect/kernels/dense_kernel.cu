@@ -134,11 +134,14 @@ cudaError_t ChannelSum(const void* x, int64_t n, int64_t c, int64_t s, void* out
   return cudaGetLastError();
 }
 
-template <typename T>
-__global__ void ResizeGrad(const float* grads, int64_t total, ResizeAxis ay, ResizeAxis ax, int64_t c, T* out) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total; e += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t k = e % c, j = (e / c) % ax.in, i = (e / c / ax.in) % ay.in, image = e / c / ax.in / ay.in;
-    const float sum = ResizeGradAt(grads + image * ay.out * ax.out * c, ay, ax, c, i, j, k);
+// I: the element index's type, 32 bits where the elements fit (64-bit division is a loop of many instructions).
+template <typename T, typename I>
+__global__ void ResizeGrad(const float* grads, I total, ResizeAxis ay, ResizeAxis ax, I c, T* out) {
+  const I width = static_cast<I>(ax.in), height = static_cast<I>(ay.in);
+  for (I e = blockIdx.x * I{blockDim.x} + threadIdx.x; e < total; e += I{gridDim.x} * blockDim.x) {
+    const I pixel = e / c, row = pixel / width, image = row / height;
+    const I k = e - pixel * c, j = pixel - row * width, i = row - image * height;
+    const float sum = ResizeGradAt(grads + int64_t{image} * ay.out * ax.out * c, ay, ax, c, i, j, k);
     out[e] = static_cast<T>(sum);
   }
 }
@@ -148,9 +151,13 @@ cudaError_t ResizeGradTyped(const float* grads, int64_t n, const ResizeAxis& ay,
                             void* out, cudaStream_t stream) {
   const int64_t total = n * ay.in * ax.in * c;
   if (total == 0) return cudaSuccess;
-  const int64_t blocks = (total + 255) / 256;
-  ResizeGrad<T><<<static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16), 256, 0, stream>>>(
-      grads, total, ay, ax, c, static_cast<T*>(out));
+  const int64_t wanted = (total + 255) / 256, blocks = wanted < 65535 * 16 ? wanted : 65535 * 16;
+  if (total + blocks * 256 < (int64_t{1} << 32))  // the last stride's index fits too
+    ResizeGrad<T, uint32_t><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+        grads, static_cast<uint32_t>(total), ay, ax, static_cast<uint32_t>(c), static_cast<T*>(out));
+  else
+    ResizeGrad<T, int64_t><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(grads, total, ay, ax, c,
+                                                                             static_cast<T*>(out));
   return cudaGetLastError();
 }
 
