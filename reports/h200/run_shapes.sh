@@ -32,10 +32,9 @@
 #   bash reports/h200/run_shapes.sh nchw      # the channels-first bias gradient's own kernel: check_dense, its rows
 #   bash reports/h200/run_shapes.sh lease14   # nchw; on an H200 leanonly and BERT-base mixed; sweeprest; candidates
 #   bash reports/h200/run_shapes.sh lease15   # on an H200 leanonly and BERT-base mixed first; then candidates
-#   bash reports/h200/run_shapes.sh candidates2 # the candidates' second round, the resize gradient's new gather: bits, then
-#                                               # one A/B of the resize, NCHW and tensor scatter rows (the first round:
-#                                               # ../../h100/shapes/lease15; a short lease)
-#   bash reports/h200/run_shapes.sh lease15b  # on an H200 leanonly; then candidates2
+#   bash reports/h200/run_shapes.sh merged    # the candidates merged from the first round (the resize gradient's own op
+#                                             # in its stepped form, the channel sum, the tensor scatter): bits, rows
+#   bash reports/h200/run_shapes.sh lease15b  # on an H200 leanonly; then merged
 #   bash reports/h200/run_shapes.sh mixedfix  # opbisect fix of BERT-base mixed, from the script (a card whose
 #                                             # sources the H200's patch does not cover)
 # with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
@@ -124,9 +123,9 @@ case $PHASE in
   sweeprest) build
              run sweep 540 python3 benchmarks/patch_sweep.py --device gpu --profile-over 1.05 \
                --ops ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad --json "$R/sweep.json" --plot "$R/sweep.png" ;;
-  candidates) # branch gpu-candidates (AddRuns' warps by the ids' count; the channel sum's loads in flight; the resize
-              # gradient's own kernel; a tensor's scatter as the tensor plus its slots' sums) against main, in turn,
-              # twice, after its kernels' bits. First, here (only what the runs need, for the carry):
+  candidates) # branch gpu-candidates against main, in turn, twice, after its kernels' bits (round one, lease15: the
+              # channel sum's loads in flight, the resize gradient's own kernel and the tensor scatter as the tensor
+              # plus its slots' sums are merged since; AddRuns' warps by the ids' count stays on the branch). First, here (only what the runs need, for the carry):
               # mkdir -p branch-candidates && git archive gpu-candidates opbisect benchmarks | tar -x -C branch-candidates
            build
            run check_combine_branch 300 bash -c "cd branch-candidates && python3 benchmarks/check_combine.py"
@@ -156,17 +155,14 @@ ResNet stage 1, NCHW;112 -> 56, 64 channels;224 -> 112, 3 channels'"
            build
            if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
            if [ -d branch-candidates ]; then bash "$0" candidates; fi ;;
-  candidates2) build
-               run check_dense_branch 300 bash -c "cd branch-candidates && python3 benchmarks/check_dense.py"
-               for tree in main candidates; do
-                 run "candidates_${tree}_2" 300 bash -c "cd $([ $tree = main ] && echo . || echo branch-candidates) && \
-                   python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json $R/candidates_${tree}_2.json \
-                   --ops ResizeBilinearGrad,BiasAddGrad,TensorScatterAdd --shapes \
-'112 -> 56, 64 channels;224 -> 112, 3 channels;ResNet stage 1, NCHW;32k x 512 tensor, 8k updates'"
-               done ;;
+  merged) build
+          run check_dense 300 python3 benchmarks/check_dense.py
+          run sweep_merged 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch \
+            --json "$R/sweep_merged.json" --ops ResizeBilinearGrad,BiasAddGrad,TensorScatterAdd \
+            --shapes '112 -> 56, 64 channels;224 -> 112, 3 channels;ResNet stage 1, NCHW;32k x 512 tensor, 8k updates' ;;
   lease15b) build
             if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; fi
-            [ -d branch-candidates ] && bash "$0" candidates2 ;;
+            bash "$0" merged ;;
   leansweep) build
              for n in 1 2; do
                OPBISECT_BERT=base run "capture_lean_$n" 300 python3 benchmarks/capture_overhead.py --device gpu \
