@@ -35,6 +35,8 @@
 #   bash reports/h200/run_shapes.sh merged    # the candidates merged from the first round (the resize gradient's own op
 #                                             # in its stepped form, the channel sum, the tensor scatter): bits, rows
 #   bash reports/h200/run_shapes.sh lease15b  # on an H200 leanonly; then merged
+#   bash reports/h200/run_shapes.sh lease16   # on an H200 leanonly and BERT-base mixed; then candidates (round two of
+#                                             # AddRuns' dispatch, round one of the resize gradient's tables)
 #   bash reports/h200/run_shapes.sh mixedfix  # opbisect fix of BERT-base mixed, from the script (a card whose
 #                                             # sources the H200's patch does not cover)
 # with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
@@ -125,7 +127,8 @@ case $PHASE in
                --ops ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad --json "$R/sweep.json" --plot "$R/sweep.png" ;;
   candidates) # branch gpu-candidates against main, in turn, twice, after its kernels' bits (round one, lease15: the
               # channel sum's loads in flight, the resize gradient's own kernel and the tensor scatter as the tensor
-              # plus its slots' sums are merged since; AddRuns' warps by the ids' count stays on the branch). First, here (only what the runs need, for the carry):
+              # plus its slots' sums are merged since; on the branch: AddRuns' warps by the ids' count, the resize
+              # gradient's taps and spans from tables). First, here (only what the runs need, for the carry):
               # mkdir -p branch-candidates && git archive gpu-candidates opbisect benchmarks | tar -x -C branch-candidates
            build
            run check_combine_branch 300 bash -c "cd branch-candidates && python3 benchmarks/check_combine.py"
@@ -163,6 +166,9 @@ ResNet stage 1, NCHW;112 -> 56, 64 channels;224 -> 112, 3 channels'"
   lease15b) build
             if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; fi
             bash "$0" merged ;;
+  lease16) build
+           if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
+           [ -d branch-candidates ] && bash "$0" candidates ;;
   leansweep) build
              for n in 1 2; do
                OPBISECT_BERT=base run "capture_lean_$n" 300 python3 benchmarks/capture_overhead.py --device gpu \
