@@ -31,12 +31,11 @@
 #                                              # the resize gradient
 #   bash reports/h200/run_shapes.sh nchw      # the channels-first bias gradient's own kernel: check_dense, its rows
 #   bash reports/h200/run_shapes.sh lease14   # nchw; on an H200 leanonly and BERT-base mixed; sweeprest; candidates
-#   bash reports/h200/run_shapes.sh lease15   # on an H200 leanonly and BERT-base mixed first; then candidates
+#   bash reports/h200/run_shapes.sh lease15   # on an H200 leanonly and BERT-base mixed first; then candidates (the
+#                                             # next lease's phase: AddRuns' dispatch, the resize gradient's tables)
 #   bash reports/h200/run_shapes.sh merged    # the candidates merged from the first round (the resize gradient's own op
 #                                             # in its stepped form, the channel sum, the tensor scatter): bits, rows
 #   bash reports/h200/run_shapes.sh lease15b  # on an H200 leanonly; then merged
-#   bash reports/h200/run_shapes.sh lease16   # on an H200 leanonly and BERT-base mixed; then candidates (round two of
-#                                             # AddRuns' dispatch, round one of the resize gradient's tables)
 #   bash reports/h200/run_shapes.sh mixedfix  # opbisect fix of BERT-base mixed, from the script (a card whose
 #                                             # sources the H200's patch does not cover)
 # with the fix's patch (reports/h200/lm_head_xent/fix/patch.csv: other shapes give the same graph and node names).
@@ -166,9 +165,6 @@ ResNet stage 1, NCHW;112 -> 56, 64 channels;224 -> 112, 3 channels'"
   lease15b) build
             if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; fi
             bash "$0" merged ;;
-  lease16) build
-           if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
-           [ -d branch-candidates ] && bash "$0" candidates ;;
   leansweep) build
              for n in 1 2; do
                OPBISECT_BERT=base run "capture_lean_$n" 300 python3 benchmarks/capture_overhead.py --device gpu \
