@@ -15,6 +15,8 @@
 - `OpbisectSoftmaxXent`, `OpbisectColumnSum`, `OpbisectChannelSum` (patches): the sparse softmax cross-entropy and
   its gradient, and a bias gradient's sums (channels last, channels first), each sum in one fixed order (dense.h),
   in one or two reads of the input.
+- `OpbisectResizeBilinearGrad` (patches): the bilinear resize's gradient, each input element gathering its output
+  pixels' terms in one fixed order (dense.h), where TensorFlow's GPU kernel scatters them with atomics.
 The CPU kernels add in the GPU kernels' order, so the tests of the CPU forms check the function the GPU runs.
 """
 
