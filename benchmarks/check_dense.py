@@ -98,9 +98,10 @@ for (ih, iw), (oh, ow), c in (((56, 56), (112, 112), 64), ((224, 224), (112, 112
         # corners aligned (an H100: the own op's GPU bits, which are its CPU bits, 4.55e-05 from the GPU kernel;
         # on the CPU the own op is 2.4e-07 from TensorFlow's kernel).
         gap, cpu_gap = float(np.max(np.abs(got - want))), float(np.max(np.abs(got - cpu_want)))
-        ok = len(runs) == 1 and got.tobytes() == cpu.tobytes() and cpu_gap <= 1e-5 * float(np.max(np.abs(cpu_want)))
+        same = got.tobytes() == cpu.tobytes()
+        ok = len(runs) == 1 and same and cpu_gap <= 1e-5 * float(np.max(np.abs(cpu_want)))
         failed += not ok
         print(f"resize gradient {ih}x{iw} <- {oh}x{ow} x {c} align {align:d} half {half:d}  runs {len(runs)} (the "
-              f"op's: {len(plain_runs)} in 5)  gpu == cpu bit for bit: {got.tobytes() == cpu.tobytes()}  |own - op's| "
+              f"op's: {len(plain_runs)} in 5)  gpu == cpu bit for bit: {same}  |own - op's| "
               f"{gap:.2e}  |own - CPU kernel's| {cpu_gap:.2e}  {'ok' if ok else 'FAILED'}")
 sys.exit(1 if failed else 0)

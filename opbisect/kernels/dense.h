@@ -137,8 +137,9 @@ OPBISECT_HOST_DEVICE inline void ResizeTaps(const ResizeAxis& a, int64_t o, int6
   const float where = a.half_pixel ? ResizeAdd(ResizeMul(ResizeAdd(static_cast<float>(o), 0.5f), a.scale), -0.5f)
                                    : ResizeMul(static_cast<float>(o), a.scale);
   const float down = floorf(where);
-  *low = static_cast<int64_t>(down) > 0 ? static_cast<int64_t>(down) : 0;
-  *high = static_cast<int64_t>(ceilf(where)) < a.in - 1 ? static_cast<int64_t>(ceilf(where)) : a.in - 1;
+  const int64_t below = static_cast<int64_t>(down), above = static_cast<int64_t>(ceilf(where));
+  *low = below > 0 ? below : 0;
+  *high = above < a.in - 1 ? above : a.in - 1;
   *lerp = ResizeAdd(where, -down);
 }
 

@@ -264,6 +264,7 @@ OPBISECT_DENSE(tf::DEVICE_CPU, SoftmaxXentCpu, ColumnSumCpu, ChannelSumCpu);
 template <typename T> constexpr int kDenseType = kDenseF32;
 template <> constexpr int kDenseType<Eigen::half> = kDenseF16;
 template <> constexpr int kDenseType<Eigen::bfloat16> = kDenseBF16;
+template <> constexpr int kDenseType<double> = kDenseF64;  // the resize gradient's alone
 
 template <typename T>
 class SoftmaxXentGpu : public tf::OpKernel {
@@ -325,9 +326,6 @@ class ChannelSumGpu : public tf::OpKernel {
 
 OPBISECT_DENSE(tf::DEVICE_GPU, SoftmaxXentGpu, ColumnSumGpu, ChannelSumGpu);
 
-template <typename T> constexpr int kResizeType = kDenseType<T>;
-template <> constexpr int kResizeType<double> = kDenseF64;
-
 template <typename T>
 class ResizeGradGpu : public ResizeGradBase {
  public:
@@ -339,7 +337,7 @@ class ResizeGradGpu : public ResizeGradBase {
     void* stream;
     OP_REQUIRES_OK(c, GpuStream(c, "OpbisectResizeBilinearGrad", &stream));
     OP_REQUIRES_OK(c, CudaStatus("OpbisectResizeBilinearGrad", LaunchResizeGrad(
-        kResizeType<T>, c->input(0).flat<float>().data(), out->dim_size(0), ay, ax, out->dim_size(3),
+        kDenseType<T>, c->input(0).flat<float>().data(), out->dim_size(0), ay, ax, out->dim_size(3),
         const_cast<char*>(out->tensor_data().data()), stream)));
   }
 };
