@@ -127,7 +127,7 @@ case $PHASE in
   candidates) # branch gpu-candidates against main, in turn, twice, after its kernels' bits (round one, lease15: the
               # channel sum's loads in flight, the resize gradient's own kernel and the tensor scatter as the tensor
               # plus its slots' sums are merged since; on the branch: AddRuns' warps by the ids' count, the resize
-              # gradient's taps and spans from tables). First, here (only what the runs need, for the carry):
+              # gradient's taps and spans from tables; the branch leaves BiasAddGrad as main has it). First, here (only what the runs need, for the carry):
               # mkdir -p branch-candidates && git archive gpu-candidates opbisect benchmarks | tar -x -C branch-candidates
            build
            run check_combine_branch 300 bash -c "cd branch-candidates && python3 benchmarks/check_combine.py"
@@ -136,11 +136,10 @@ case $PHASE in
              for tree in main candidates; do  # main's tree is this folder, the candidate's branch-candidates
                run "candidates_${tree}_$n" 300 bash -c "cd $([ $tree = main ] && echo . || echo branch-candidates) && \
                  python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json $R/candidates_${tree}_$n.json \
-                 --ops UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,TensorScatterAdd,BiasAddGrad,ResizeBilinearGrad \
+                 --ops UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad \
                  --shapes \
 'embedding 8k x 256, 8k tokens;BERT word embedding;64k rows x 1k into 32k;32k x 512 table, 8k updates;\
-32k x 512 tensor, 8k updates;\
-ResNet stage 1, NCHW;112 -> 56, 64 channels;224 -> 112, 3 channels'"
+32k x 512 tensor, 8k updates;112 -> 56, 64 channels;224 -> 112, 3 channels'"
              done
            done ;;
   nchw) build  # the channels-first bias gradient's own kernel (OpbisectChannelSum): checked, then its sweep rows
