@@ -253,16 +253,22 @@ __device__ __forceinline__ void RunSums(const T* rows, const int32_t* perm, cons
 // Four warps per tile of 32 sorted positions (the blocks stride over the tiles). Each warp reads the tile's keys,
 // a lane each, and its ballots give the run heads and, for each, its run's end (the next head in the tile, else a
 // galloping search past the tile), with no pass over positions that are not heads; the warps share the heads
-// (warp w takes heads w, w + 4, ...), a lane kColumns columns. At each head, the run's sum, rounded to T, is added
-// into (or taken from) its key's row of the table, in T's arithmetic, as TensorFlow adds two tensors of T. The
-// dropped keys' run (key table_rows) ends the run before it and writes nothing.
-constexpr int kTileWarps = 4;
+// (warp w takes heads w, w + warps, ...), a lane kColumns columns. At each head, the run's sum, rounded to T, is
+// added into (or taken from) its key's row of the table, in T's arithmetic, as TensorFlow adds two tensors of T. The
+// dropped keys' run (key table_rows) ends the run before it and writes nothing. The warps a tile (TileWarps) change
+// which warp takes a run, never the order of its adds: the bits do not depend on them.
+//
+// Warps a tile: 16 up to kFewIds ids, else 4. On an H100 (reports/h100/shapes/README.md#lease14) 16 warps took a
+// third off the patch at BERT's word embedding (4,096 ids: 128 tiles, 512 warps with 4 for 132 multiprocessors) and
+// were slower at 65,536 ids (0.41 -> 0.53 ms), where 4 warps a tile already fill the device.
+constexpr int64_t kFewIds = 16384;
+int TileWarps(int64_t n) { return n <= kFewIds ? 16 : 4; }
 
 template <typename T, typename A>
 __global__ void AddRuns(const T* rows, const int32_t* perm, const A* part, const int32_t* sorted, int64_t n,
                         int64_t d, int64_t table_rows, bool subtract, T* table) {
   constexpr unsigned kAll = 0xffffffffu;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   for (int64_t first = blockIdx.x * int64_t{32}; first < n; first += int64_t{gridDim.x} * 32) {
     const int64_t i = first + lane;
     const int32_t key = i < n ? sorted[i] : 0;
@@ -272,7 +278,7 @@ __global__ void AddRuns(const T* rows, const int32_t* perm, const A* part, const
     const unsigned heads = __ballot_sync(kAll, head);
     unsigned todo = __ballot_sync(kAll, head && key < table_rows);
     for (int rank = 0; todo != 0; todo &= todo - 1, ++rank) {
-      if (rank % kTileWarps != warp) continue;
+      if (rank % warps != warp) continue;
       const int b = __ffs(todo) - 1;
       const unsigned later = heads & ~((2u << b) - 1);  // b == 31: 2u << 31 wraps to 0, and no head is later
       const int64_t begin = first + b;
@@ -481,9 +487,9 @@ int SumAll(const Scratch& s, const void* rows, int64_t n, int64_t d, void* sums,
     SumRuns<T, A><<<RowGrid(n, block.y), block, 0, stream>>>(in, s.perm, part, s.runs, s.starts, n, d,
                                                             static_cast<T*>(sums));
   else
-    AddRuns<T, A><<<RowGrid(n, 32, kTileBlocks), 32 * kTileWarps, 0, stream>>>(in, s.perm, part, s.sorted, n, d,
-                                                                               table_rows, subtract,
-                                                                               static_cast<T*>(table));
+    AddRuns<T, A><<<RowGrid(n, 32, kTileBlocks), 32 * TileWarps(n), 0, stream>>>(in, s.perm, part, s.sorted, n, d,
+                                                                                 table_rows, subtract,
+                                                                                 static_cast<T*>(table));
   return static_cast<int>(cudaGetLastError());
 }
 
