@@ -103,6 +103,8 @@ int LaunchChannelSum(int type, const void* x, int64_t n, int64_t c, int64_t s, v
 // thread an output element, its rows y and then its columns x in increasing order, each product rounded as
 // written (no fused multiply-add, so that the CPU kernel gives the same bits). On an H100 the former patch, two
 // float64 matmuls with the interpolation matrices, took 2.7-3.3x the op (reports/h100/shapes/README.md#lease14).
+// Each axis' taps and spans are computed once into tables (ResizeTables) that the gather reads: computed in the
+// gather, a pixel's 64 channels computed them 64 times (2.2x the op at 64 channels, 8.5x its bytes' floor).
 struct ResizeAxis {
   int64_t in, out;  // the original image's size on this axis, the resized one's
   float scale;      // as TensorFlow's CalculateResizeScale
@@ -143,12 +145,23 @@ OPBISECT_HOST_DEVICE inline void ResizeTaps(const ResizeAxis& a, int64_t o, int6
   *lerp = ResizeAdd(where, -down);
 }
 
-// Input position i's weight in output position o (zero where o does not read it; both taps' where both are i).
-OPBISECT_HOST_DEVICE inline float ResizeWeight(const ResizeAxis& a, int64_t o, int64_t i) {
+// Output position o's taps as ResizeTaps gives them (sizes fit 32 bits: TensorFlow's image sizes are int32).
+struct ResizeTap {
+  int32_t low, high;
+  float lerp;
+};
+
+OPBISECT_HOST_DEVICE inline ResizeTap ResizeTapAt(const ResizeAxis& a, int64_t o) {
   int64_t low, high;
   float lerp;
   ResizeTaps(a, o, &low, &high, &lerp);
-  return ResizeAdd(low == i ? ResizeAdd(1.0f, -lerp) : 0.0f, high == i ? lerp : 0.0f);
+  return ResizeTap{static_cast<int32_t>(low), static_cast<int32_t>(high), lerp};
+}
+
+// Input position i's weight in the output position of tap t (zero where it does not read i; both taps' where both
+// are i).
+OPBISECT_HOST_DEVICE inline float ResizeTapWeight(const ResizeTap& t, int64_t i) {
+  return ResizeAdd(t.low == i ? ResizeAdd(1.0f, -t.lerp) : 0.0f, t.high == i ? t.lerp : 0.0f);
 }
 
 // The first output position o in [0, out] where `reaches(o)` holds; `reaches` never turns false as o grows (the taps
@@ -169,36 +182,69 @@ OPBISECT_HOST_DEVICE inline float ResizeInverse(const ResizeAxis& a, float at) {
   return a.half_pixel ? (at + 0.5f) / a.scale - 0.5f : at / a.scale;
 }
 
-// The outputs that read input position i: [first, last] (empty: first > last). The first is the first whose upper
-// tap reaches i (its point above i - 1), the last the one before the first whose lower tap passes i (point >= i + 1).
-OPBISECT_HOST_DEVICE inline void ResizeRange(const ResizeAxis& a, int64_t i, int64_t* first, int64_t* last) {
-  auto tap = [&a](int64_t o, bool upper) {
-    int64_t low, high;
-    float lerp;
-    ResizeTaps(a, o, &low, &high, &lerp);
-    return upper ? high : low;
-  };
-  *first = ResizeFirst(a, ResizeInverse(a, static_cast<float>(i - 1)), [&](int64_t o) { return tap(o, true) >= i; });
-  *last = ResizeFirst(a, ResizeInverse(a, static_cast<float>(i + 1)), [&](int64_t o) { return tap(o, false) > i; }) - 1;
+// The outputs that read an input position: [first, last] (empty: first > last).
+struct ResizeSpan {
+  int32_t first, last;
+};
+
+// The first is the first whose upper tap reaches i (its point above i - 1), the last the one before the first whose
+// lower tap passes i (point >= i + 1).
+OPBISECT_HOST_DEVICE inline ResizeSpan ResizeSpanAt(const ResizeAxis& a, int64_t i) {
+  const int64_t first = ResizeFirst(a, ResizeInverse(a, static_cast<float>(i - 1)),
+                                    [&](int64_t o) { return ResizeTapAt(a, o).high >= i; });
+  const int64_t after = ResizeFirst(a, ResizeInverse(a, static_cast<float>(i + 1)),
+                                    [&](int64_t o) { return ResizeTapAt(a, o).low > i; });
+  return ResizeSpan{static_cast<int32_t>(first), static_cast<int32_t>(after - 1)};
+}
+
+// One axis' tables: a tap an output position, a span an input position.
+struct ResizeTables {
+  const ResizeTap* taps;
+  const ResizeSpan* spans;
+};
+
+// Both axes' tables in one buffer of 32-bit words: the y taps, the x taps, the y spans, the x spans.
+inline int64_t ResizeTableWords(const ResizeAxis& ay, const ResizeAxis& ax) {
+  return 3 * (ay.out + ax.out) + 2 * (ay.in + ax.in);
+}
+
+OPBISECT_HOST_DEVICE inline void ResizeTablesIn(const ResizeAxis& ay, const ResizeAxis& ax, const int32_t* words,
+                                                ResizeTables* ty, ResizeTables* tx) {
+  ty->taps = reinterpret_cast<const ResizeTap*>(words);
+  tx->taps = ty->taps + ay.out;
+  ty->spans = reinterpret_cast<const ResizeSpan*>(words + 3 * (ay.out + ax.out));
+  tx->spans = ty->spans + ay.in;
+}
+
+// Entry e of the tables (e < ay.out + ax.out + ay.in + ax.in, in the buffer's order); one GPU thread an entry.
+OPBISECT_HOST_DEVICE inline void ResizeTableEntry(const ResizeAxis& ay, const ResizeAxis& ax, int64_t e,
+                                                  int32_t* words) {
+  ResizeTap* taps = reinterpret_cast<ResizeTap*>(words);  // the y taps, then the x taps
+  ResizeSpan* spans = reinterpret_cast<ResizeSpan*>(words + 3 * (ay.out + ax.out));
+  if (e < ay.out + ax.out) {
+    taps[e] = e < ay.out ? ResizeTapAt(ay, e) : ResizeTapAt(ax, e - ay.out);
+  } else {
+    e -= ay.out + ax.out;
+    spans[e] = e < ay.in ? ResizeSpanAt(ay, e) : ResizeSpanAt(ax, e - ay.in);
+  }
 }
 
 // One output element: its rows, then its columns, in increasing order. `grads` points at image n's [oh, ow, c].
-OPBISECT_HOST_DEVICE inline float ResizeGradAt(const float* grads, const ResizeAxis& ay, const ResizeAxis& ax,
-                                               int64_t c, int64_t i, int64_t j, int64_t k) {
-  int64_t y0, y1, x0, x1;
-  ResizeRange(ay, i, &y0, &y1);
-  ResizeRange(ax, j, &x0, &x1);
+OPBISECT_HOST_DEVICE inline float ResizeGradAt(const float* grads, const ResizeTables& ty, const ResizeTables& tx,
+                                               int64_t ow, int64_t c, int64_t i, int64_t j, int64_t k) {
+  const ResizeSpan sy = ty.spans[i], sx = tx.spans[j];
   float acc = 0.0f;
-  for (int64_t y = y0; y <= y1; ++y) {
-    const float wy = ResizeWeight(ay, y, i);
-    for (int64_t x = x0; x <= x1; ++x)
-      acc = ResizeAdd(acc, ResizeMul(ResizeMul(grads[(y * ax.out + x) * c + k], wy), ResizeWeight(ax, x, j)));
+  for (int64_t y = sy.first; y <= sy.last; ++y) {
+    const float wy = ResizeTapWeight(ty.taps[y], i);
+    for (int64_t x = sx.first; x <= sx.last; ++x)
+      acc = ResizeAdd(acc, ResizeMul(ResizeMul(grads[(y * ow + x) * c + k], wy), ResizeTapWeight(tx.taps[x], j)));
   }
   return acc;
 }
 
 // Enqueues the op on `stream`: out is [n, ay.in, ax.in, c] of `type` (a DenseType).
+// `tables` holds ResizeTableWords(ay, ax) words, filled here first.
 int LaunchResizeGrad(int type, const float* grads, int64_t n, const ResizeAxis& ay, const ResizeAxis& ax, int64_t c,
-                     void* out, void* stream);
+                     int32_t* tables, void* out, void* stream);
 
 }  // namespace opbisect

@@ -145,43 +145,55 @@ cudaError_t ChannelSum(const void* x, int64_t n, int64_t c, int64_t s, void* out
   return cudaGetLastError();
 }
 
+__global__ void ResizeTableKernel(ResizeAxis ay, ResizeAxis ax, int64_t entries, int32_t* words) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < entries; e += int64_t{gridDim.x} * blockDim.x)
+    ResizeTableEntry(ay, ax, e, words);
+}
+
 // I: the element index's type, 32 bits where the elements fit (64-bit division is a loop of many instructions).
 template <typename T, typename I>
-__global__ void ResizeGrad(const float* grads, I total, ResizeAxis ay, ResizeAxis ax, I c, T* out) {
+__global__ void ResizeGrad(const float* grads, I total, ResizeAxis ay, ResizeAxis ax, I c, const int32_t* words,
+                           T* out) {
+  ResizeTables ty, tx;
+  ResizeTablesIn(ay, ax, words, &ty, &tx);
   const I width = static_cast<I>(ax.in), height = static_cast<I>(ay.in);
   for (I e = blockIdx.x * I{blockDim.x} + threadIdx.x; e < total; e += I{gridDim.x} * blockDim.x) {
     const I pixel = e / c, row = pixel / width, image = row / height;
     const I k = e - pixel * c, j = pixel - row * width, i = row - image * height;
-    const float sum = ResizeGradAt(grads + int64_t{image} * ay.out * ax.out * c, ay, ax, c, i, j, k);
-    out[e] = static_cast<T>(sum);
+    out[e] = static_cast<T>(ResizeGradAt(grads + int64_t{image} * ay.out * ax.out * c, ty, tx, ax.out, c, i, j, k));
   }
+}
+
+unsigned Blocks(int64_t elements) {  // 256 threads a block, the grid's x at most 65535 * 16 (a strided loop past it)
+  const int64_t wanted = (elements + 255) / 256;
+  return static_cast<unsigned>(wanted < 65535 * 16 ? wanted : 65535 * 16);
 }
 
 template <typename T>
 cudaError_t ResizeGradTyped(const float* grads, int64_t n, const ResizeAxis& ay, const ResizeAxis& ax, int64_t c,
-                            void* out, cudaStream_t stream) {
-  const int64_t total = n * ay.in * ax.in * c;
+                            int32_t* words, void* out, cudaStream_t stream) {
+  const int64_t total = n * ay.in * ax.in * c, entries = ay.out + ax.out + ay.in + ax.in;
   if (total == 0) return cudaSuccess;
-  const int64_t wanted = (total + 255) / 256, blocks = wanted < 65535 * 16 ? wanted : 65535 * 16;
-  if (total + blocks * 256 < (int64_t{1} << 32))  // the last stride's index fits too
-    ResizeGrad<T, uint32_t><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
-        grads, static_cast<uint32_t>(total), ay, ax, static_cast<uint32_t>(c), static_cast<T*>(out));
+  ResizeTableKernel<<<Blocks(entries), 256, 0, stream>>>(ay, ax, entries, words);
+  const unsigned blocks = Blocks(total);
+  if (total + int64_t{blocks} * 256 < (int64_t{1} << 32))  // the last stride's index fits too
+    ResizeGrad<T, uint32_t><<<blocks, 256, 0, stream>>>(grads, static_cast<uint32_t>(total), ay, ax,
+                                                        static_cast<uint32_t>(c), words, static_cast<T*>(out));
   else
-    ResizeGrad<T, int64_t><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(grads, total, ay, ax, c,
-                                                                             static_cast<T*>(out));
+    ResizeGrad<T, int64_t><<<blocks, 256, 0, stream>>>(grads, total, ay, ax, c, words, static_cast<T*>(out));
   return cudaGetLastError();
 }
 
 }  // namespace
 
 int LaunchResizeGrad(int type, const float* grads, int64_t n, const ResizeAxis& ay, const ResizeAxis& ax, int64_t c,
-                     void* out, void* raw_stream) {
+                     int32_t* tables, void* out, void* raw_stream) {
   cudaStream_t stream = static_cast<cudaStream_t>(raw_stream);
   switch (type) {
-    case kDenseF32: return ResizeGradTyped<float>(grads, n, ay, ax, c, out, stream);
-    case kDenseF64: return ResizeGradTyped<double>(grads, n, ay, ax, c, out, stream);
-    case kDenseF16: return ResizeGradTyped<__half>(grads, n, ay, ax, c, out, stream);
-    default: return ResizeGradTyped<__nv_bfloat16>(grads, n, ay, ax, c, out, stream);
+    case kDenseF32: return ResizeGradTyped<float>(grads, n, ay, ax, c, tables, out, stream);
+    case kDenseF64: return ResizeGradTyped<double>(grads, n, ay, ax, c, tables, out, stream);
+    case kDenseF16: return ResizeGradTyped<__half>(grads, n, ay, ax, c, tables, out, stream);
+    default: return ResizeGradTyped<__nv_bfloat16>(grads, n, ay, ax, c, tables, out, stream);
   }
 }
 

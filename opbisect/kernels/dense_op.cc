@@ -229,12 +229,16 @@ class ResizeGradCpu : public ResizeGradBase {
     const float* grads = c->input(0).flat<float>().data();
     T* out = out_t->flat<T>().data();
     const int64_t n = out_t->dim_size(0), channels = out_t->dim_size(3);
+    std::vector<int32_t> words(ResizeTableWords(ay, ax));  // the tables as the GPU's first kernel fills them
+    for (int64_t e = 0; e < ay.out + ax.out + ay.in + ax.in; ++e) ResizeTableEntry(ay, ax, e, words.data());
+    ResizeTables ty, tx;
+    ResizeTablesIn(ay, ax, words.data(), &ty, &tx);
     for (int64_t image = 0, e = 0; image < n; ++image)  // each element as one GPU thread computes it
       for (int64_t i = 0; i < ay.in; ++i)
         for (int64_t j = 0; j < ax.in; ++j)
           for (int64_t k = 0; k < channels; ++k, ++e)
-            out[e] = static_cast<T>(ResizeGradAt(grads + image * ay.out * ax.out * channels, ay, ax, channels, i, j,
-                                                 k));
+            out[e] = static_cast<T>(ResizeGradAt(grads + image * ay.out * ax.out * channels, ty, tx, ax.out, channels,
+                                                 i, j, k));
   }
 };
 
@@ -334,11 +338,13 @@ class ResizeGradGpu : public ResizeGradBase {
     ResizeAxis ay, ax;
     tf::Tensor* out;
     OP_REQUIRES_OK(c, Prepare(c, &ay, &ax, &out));
+    tf::Tensor tables;
+    OP_REQUIRES_OK(c, c->allocate_temp(tf::DT_INT32, tf::TensorShape({ResizeTableWords(ay, ax)}), &tables));
     void* stream;
     OP_REQUIRES_OK(c, GpuStream(c, "OpbisectResizeBilinearGrad", &stream));
     OP_REQUIRES_OK(c, CudaStatus("OpbisectResizeBilinearGrad", LaunchResizeGrad(
         kDenseType<T>, c->input(0).flat<float>().data(), out->dim_size(0), ay, ax, out->dim_size(3),
-        const_cast<char*>(out->tensor_data().data()), stream)));
+        tables.flat<int32_t>().data(), const_cast<char*>(out->tensor_data().data()), stream)));
   }
 };
 
