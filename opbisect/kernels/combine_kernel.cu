@@ -250,17 +250,20 @@ __device__ __forceinline__ void RunSums(const T* rows, const int32_t* perm, cons
   }
 }
 
-// Four warps per tile of 32 sorted positions (the blocks stride over the tiles). Each warp reads the tile's keys,
+// TileWarps warps per tile of 32 sorted positions (the blocks stride over the tiles). Each warp reads the tile's keys,
 // a lane each, and its ballots give the run heads and, for each, its run's end (the next head in the tile, else a
 // galloping search past the tile), with no pass over positions that are not heads; the warps share the heads
 // (warp w takes heads w, w + warps, ...), a lane kColumns columns. At each head, the run's sum, rounded to T, is
 // added into (or taken from) its key's row of the table, in T's arithmetic, as TensorFlow adds two tensors of T. The
-// dropped keys' run (key table_rows) ends the run before it and writes nothing. The warps a tile (TileWarps) change
-// which warp takes a run, never the order of its adds: the bits do not depend on them.
+// dropped keys' run (key table_rows) ends the run before it and writes nothing. The warps a tile (TileWarps) and the
+// column split (TileGrid) change which warp takes a run's columns, never the order of its adds: the bits do not
+// depend on them.
 //
-// Warps a tile: 16 up to kFewIds ids, else 4. On an H100 (reports/h100/shapes/README.md#lease14) 16 warps took a
-// third off the patch at BERT's word embedding (4,096 ids: 128 tiles, 512 warps with 4 for 132 multiprocessors) and
-// were slower at 65,536 ids (0.41 -> 0.53 ms), where 4 warps a tile already fill the device.
+// Warps a tile: 16 up to kFewIds ids, else 4, and for few ids the columns split among the grid's y too (a block a
+// tile and 32 * kColumns columns). On an H100 (reports/h100/shapes/README.md#lease14) 16 warps took a third off the
+// patch at BERT's word embedding (4,096 ids: 128 tiles, 512 warps with 4 for 132 multiprocessors) and were slower at
+// 65,536 ids (0.41 -> 0.53 ms), where 4 warps a tile already fill the device; the warps share a tile's heads, at
+// most 32, so more warps alone leave most idle where the runs are long: the columns' split does not.
 constexpr int64_t kFewIds = 16384;
 int TileWarps(int64_t n) { return n <= kFewIds ? 16 : 4; }
 
@@ -284,7 +287,7 @@ __global__ void AddRuns(const T* rows, const int32_t* perm, const A* part, const
       const int64_t begin = first + b;
       const int64_t end = later != 0 ? first + __ffs(later) - 1 : RunEndFrom(sorted, min(first + 32, n) - 1, n);
       const int64_t row = __shfl_sync(kAll, key, b) * d;
-      for (int64_t c0 = lane; c0 < d; c0 += 32 * kColumns) {
+      for (int64_t c0 = lane + blockIdx.y * int64_t{32 * kColumns}; c0 < d; c0 += gridDim.y * int64_t{32 * kColumns}) {
         A acc[kColumns], old[kColumns];
         RunSums<T, A>(rows, perm, part, begin, end, d, c0, acc);
 #pragma unroll
@@ -472,6 +475,12 @@ unsigned RowGrid(int64_t items, int64_t per_block, int64_t most = kMaxRowBlocks)
 // multiprocessors (65,536 keys make 2048 tiles, a block each).
 constexpr int64_t kTileBlocks = 2112;
 
+// AddRuns' grid: the tiles on x; for few ids, the columns on y (see TileWarps).
+dim3 TileGrid(int64_t n, int64_t d) {
+  const int64_t chunks = n <= kFewIds ? (d + 32 * kColumns - 1) / (32 * kColumns) : 1;
+  return dim3(RowGrid(n, 32, kTileBlocks), static_cast<unsigned>(std::min<int64_t>(chunks, 65535)));
+}
+
 // The last two stages: the segment sums, then each run's sum stored into `sums` (after Number) or, when `table` is
 // given, added into the table.
 template <typename T>
@@ -487,9 +496,8 @@ int SumAll(const Scratch& s, const void* rows, int64_t n, int64_t d, void* sums,
     SumRuns<T, A><<<RowGrid(n, block.y), block, 0, stream>>>(in, s.perm, part, s.runs, s.starts, n, d,
                                                             static_cast<T*>(sums));
   else
-    AddRuns<T, A><<<RowGrid(n, 32, kTileBlocks), 32 * TileWarps(n), 0, stream>>>(in, s.perm, part, s.sorted, n, d,
-                                                                                 table_rows, subtract,
-                                                                                 static_cast<T*>(table));
+    AddRuns<T, A><<<TileGrid(n, d), 32 * TileWarps(n), 0, stream>>>(in, s.perm, part, s.sorted, n, d, table_rows,
+                                                                     subtract, static_cast<T*>(table));
   return static_cast<int>(cudaGetLastError());
 }
 
