@@ -33,6 +33,8 @@
 #   bash reports/h200/run_shapes.sh lease14   # nchw; on an H200 leanonly and BERT-base mixed; sweeprest; candidates
 #   bash reports/h200/run_shapes.sh lease15   # on an H200 leanonly and BERT-base mixed first; then candidates (the
 #                                             # next lease's phase: AddRuns' dispatch, the resize gradient's tables)
+#   bash reports/h200/run_shapes.sh lease16b  # on an H200 leanonly and BERT-base mixed; then candidates over the segment
+#                                             # sums' and scatters' rows (round three: the block sort, AddRuns' blocks)
 #   bash reports/h200/run_shapes.sh merged    # the candidates merged from the first round (the resize gradient's own op
 #                                             # in its stepped form, the channel sum, the tensor scatter): bits, rows
 #   bash reports/h200/run_shapes.sh lease15b  # on an H200 leanonly; then merged
@@ -50,6 +52,9 @@ lm() {  # lm LABEL SECONDS [VERIFY FLAGS] -- SCRIPT ARGS...: verify the LM head 
 }
 build() { run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"; }  # the op library
 SWEPT_AGAIN=BiasAddGrad,UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad
+SEGMENT_ROWS='embedding 8k x 256, 8k tokens;BERT word embedding;64k rows x 1k into 32k;32k x 512 table, 8k updates;32k x 512 tensor, 8k updates'
+CANDIDATE_OPS=${CANDIDATE_OPS:-UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad}
+CANDIDATE_SHAPES=${CANDIDATE_SHAPES:-$SEGMENT_ROWS;112 -> 56, 64 channels;224 -> 112, 3 channels}
 case $PHASE in
   kernels) build
            run check_dense 200 python3 benchmarks/check_dense.py ;;
@@ -136,10 +141,7 @@ case $PHASE in
              for tree in main candidates; do  # main's tree is this folder, the candidate's branch-candidates
                run "candidates_${tree}_$n" 300 bash -c "cd $([ $tree = main ] && echo . || echo branch-candidates) && \
                  python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json $R/candidates_${tree}_$n.json \
-                 --ops UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad \
-                 --shapes \
-'embedding 8k x 256, 8k tokens;BERT word embedding;64k rows x 1k into 32k;32k x 512 table, 8k updates;\
-32k x 512 tensor, 8k updates;112 -> 56, 64 channels;224 -> 112, 3 channels'"
+                 --ops $CANDIDATE_OPS --shapes '$CANDIDATE_SHAPES'"
              done
            done ;;
   nchw) build  # the channels-first bias gradient's own kernel (OpbisectChannelSum): checked, then its sweep rows
@@ -156,6 +158,17 @@ case $PHASE in
            build
            if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
            if [ -d branch-candidates ]; then bash "$0" candidates; fi ;;
+  lease16b) # on an H200 the two goals it alone can answer; then round three of the candidates (the ids' sort in one
+            # block up to 8,192 ids, AddRuns at two blocks a multiprocessor): the segment sums' and scatters' rows only
+            build
+            if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
+            if [ -d branch-candidates ]; then
+              CANDIDATE_OPS=UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,TensorScatterAdd \
+                CANDIDATE_SHAPES="$SEGMENT_ROWS" bash "$0" candidates
+              run candidates_profile 300 bash -c "cd branch-candidates && python3 benchmarks/patch_sweep.py --device gpu \
+                --plain-and-patch --profile-over 1.05 --ops UnsortedSegmentSum,ResourceScatterAdd \
+                --shapes 'embedding 8k x 256, 8k tokens;BERT word embedding;32k x 512 table, 8k updates'"
+            fi ;;
   merged) build
           run check_dense 300 python3 benchmarks/check_dense.py
           run sweep_merged 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch \
