@@ -14,7 +14,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 
+#include <cub/block/block_radix_sort.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 #include <thrust/iterator/counting_iterator.h>
@@ -43,13 +45,48 @@ template <typename T> struct AccOf { using type = T; };
 template <> struct AccOf<__half> { using type = float; };
 template <> struct AccOf<__nv_bfloat16> { using type = float; };
 
-// keys32[i]: keys[i], or `limit` where `limit` >= 0 and the key is outside [0, limit); positions[i] = i.
+// A key as the sort sees it: the key, or `limit` where `limit` >= 0 and the key is outside [0, limit).
+template <typename K>
+__device__ __forceinline__ int32_t Clamped(K raw, int64_t limit) {
+  const int64_t key = raw;
+  return static_cast<int32_t>(limit < 0 || (key >= 0 && key < limit) ? key : limit);
+}
+
+// keys32[i]: keys[i] clamped; positions[i] = i.
 template <typename K>
 __global__ void Start(const K* keys, int64_t n, int64_t limit, int32_t* keys32, int32_t* positions) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t key = keys[i];
-    keys32[i] = static_cast<int32_t>(limit < 0 || (key >= 0 && key < limit) ? key : limit);
+    keys32[i] = Clamped(keys[i], limit);
     positions[i] = static_cast<int32_t>(i);
+  }
+}
+
+// Few keys (at most kBlockSortKeys) are sorted by one block in shared memory, in one launch: CUB's device sort runs
+// a histogram, a scan and one onesweep pass per 8 bits, 20 us of device time at 8,192 ids on an H100 (the segment
+// sum's patch at an 8k embedding, reports/h100/shapes/lease16/profile). A stable sort of (key, position) has one
+// result, so which sort ran never changes the bits after it. Slots past n get a key no smaller than any real one
+// (all ones in the bits sorted), and their positions, past n, order them after the real keys.
+constexpr int kSortThreads = 512, kSortItems = 16;
+constexpr int64_t kBlockSortKeys = int64_t{kSortThreads} * kSortItems;
+
+template <typename K>
+__global__ void __launch_bounds__(kSortThreads) BlockSort(const K* keys, int64_t n, int64_t limit, int bits,
+                                                          int32_t* sorted, int32_t* positions) {
+  using Sorter = cub::BlockRadixSort<int32_t, kSortThreads, kSortItems, int32_t>;
+  __shared__ typename Sorter::TempStorage temp;
+  const int32_t pad = bits >= 32 ? INT32_MAX : static_cast<int32_t>((int64_t{1} << bits) - 1);
+  int32_t key[kSortItems], at[kSortItems];  // blocked: thread t holds slots 16t .. 16t + 15
+#pragma unroll
+  for (int k = 0; k < kSortItems; ++k) {
+    const int64_t i = int64_t{threadIdx.x} * kSortItems + k;
+    key[k] = i < n ? Clamped(keys[i], limit) : pad;
+    at[k] = static_cast<int32_t>(i);
+  }
+  Sorter(temp).Sort(key, at, 0, bits);
+#pragma unroll
+  for (int k = 0; k < kSortItems; ++k) {
+    const int64_t i = int64_t{threadIdx.x} * kSortItems + k;
+    if (i < n) sorted[i] = key[k], positions[i] = at[k];
   }
 }
 
@@ -267,8 +304,15 @@ __device__ __forceinline__ void RunSums(const T* rows, const int32_t* perm, cons
 constexpr int64_t kFewIds = 16384;
 int TileWarps(int64_t n) { return n <= kFewIds ? 16 : 4; }
 
+// Two 16-warp blocks a multiprocessor, not one: the compiler gave AddRuns 71 registers a thread, so one 512-thread
+// block filled a multiprocessor's registers, and an 8k embedding's 512 blocks ran in four waves of one block each
+// (34 us of device time an op on an H100, 5x its bytes' floor: reports/h100/shapes/lease16/profile). At 64 registers
+// float accumulators spill nothing (nvcc -Xptxas -v); double ones would, so they keep one block.
+template <typename A>
+constexpr int kAddRunsBlocks = sizeof(A) == 4 ? 2 : 1;
+
 template <typename T, typename A>
-__global__ void AddRuns(const T* rows, const int32_t* perm, const A* part, const int32_t* sorted, int64_t n,
+__global__ void __launch_bounds__(512, kAddRunsBlocks<A>) AddRuns(const T* rows, const int32_t* perm, const A* part, const int32_t* sorted, int64_t n,
                         int64_t d, int64_t table_rows, bool subtract, T* table) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -450,6 +494,10 @@ cudaError_t Order(const Scratch& s, int64_t n, int bits, bool numbered, SortGrap
 // outside [0, limit) become `limit` (and sort last).
 template <typename K>
 cudaError_t Sort(const Scratch& s, const K* keys, int64_t n, int64_t limit, SortGraph* graph, cudaStream_t stream) {
+  if (n <= kBlockSortKeys) {
+    BlockSort<K><<<1, kSortThreads, 0, stream>>>(keys, n, limit, KeyBits(limit), s.sorted, s.perm);
+    return cudaGetLastError();
+  }
   Start<K><<<Grid(n), kThreads, 0, stream>>>(keys, n, limit, s.keys, s.perm_in);
   return Order(s, n, KeyBits(limit), false, graph, stream);
 }
