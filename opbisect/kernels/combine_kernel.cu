@@ -1,6 +1,6 @@
 // GPU kernels of the deterministic combine and scatter (see combine.h), none waiting for the host. The keys (int32;
 // a scatter's dropped keys become the table's row count) and their positions; CUB's stable radix sort of
-// (key, position) (a scatter's over only the bits its keys use); the segments of runs that span chunks summed, each
+// (key, position) (a scatter's over only the bits its keys use, and up to 8,192 keys in one block); the segments of runs that span chunks summed, each
 // chunk finding its own (at most two) by binary search over its sorted keys. Then the combine numbers the runs
 // (CUB's inclusive sum of the run heads), marks each run's start and key, and stores each run's sum in run order;
 // the scatter needs no numbering: four warps per 32 sorted positions find their run heads and the runs' ends by
