@@ -31,10 +31,12 @@
 #                                              # the resize gradient
 #   bash reports/h200/run_shapes.sh nchw      # the channels-first bias gradient's own kernel: check_dense, its rows
 #   bash reports/h200/run_shapes.sh lease14   # nchw; on an H200 leanonly and BERT-base mixed; sweeprest; candidates
-#   bash reports/h200/run_shapes.sh lease15   # on an H200 leanonly and BERT-base mixed first; then candidates (the
-#                                             # next lease's phase: AddRuns' dispatch, the resize gradient's tables)
+#   bash reports/h200/run_shapes.sh lease15   # on an H200 leanonly and BERT-base mixed first; then candidates (run in
+#                                             # lease16: AddRuns' dispatch, the resize gradient's tables)
 #   bash reports/h200/run_shapes.sh lease16b  # on an H200 leanonly and BERT-base mixed; then candidates over the segment
 #                                             # sums' and scatters' rows (round three: the block sort, AddRuns' blocks)
+#   bash reports/h200/run_shapes.sh lease17   # the next lease: on an H200 leanonly and BERT-base mixed; then main's
+#                                             # check_combine and its segment, scatter and resize rows, profiled
 #   bash reports/h200/run_shapes.sh merged    # the candidates merged from the first round (the resize gradient's own op
 #                                             # in its stepped form, the channel sum, the tensor scatter): bits, rows
 #   bash reports/h200/run_shapes.sh lease15b  # on an H200 leanonly; then merged
@@ -169,6 +171,14 @@ case $PHASE in
                 --plain-and-patch --profile-over 1.05 --ops UnsortedSegmentSum,ResourceScatterAdd \
                 --shapes 'embedding 8k x 256, 8k tokens;BERT word embedding;32k x 512 table, 8k updates'"
             fi ;;
+  lease17) # the next lease: on an H200 the two goals it alone can answer; then main's bits after lease16's merges
+           # (the block sort, AddRuns' blocks and column split, the resize tables) and its segment, scatter and resize
+           # rows timed and profiled (lease16's round three had one A/B run on a busier machine)
+           build
+           if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
+           run check_combine 300 python3 benchmarks/check_combine.py
+           run sweep_main 400 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --profile-over 1.05 \
+             --json "$R/sweep_main.json" --ops "$CANDIDATE_OPS" --shapes "$CANDIDATE_SHAPES" ;;
   merged) build
           run check_dense 300 python3 benchmarks/check_dense.py
           run sweep_merged 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch \
