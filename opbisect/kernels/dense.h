@@ -104,7 +104,8 @@ int LaunchChannelSum(int type, const void* x, int64_t n, int64_t c, int64_t s, v
 // written (no fused multiply-add, so that the CPU kernel gives the same bits). On an H100 the former patch, two
 // float64 matmuls with the interpolation matrices, took 2.7-3.3x the op (reports/h100/shapes/README.md#lease14).
 // Each axis' taps and spans are computed once into tables (ResizeTables) that the gather reads: computed in the
-// gather, a pixel's 64 channels computed them 64 times (2.2x the op at 64 channels, 8.5x its bytes' floor).
+// gather, a pixel's 64 channels computed them 64 times (on an H100 at 64 channels 2.14x the op, 8.5x its bytes'
+// floor; 1.28x with the tables, 5.2x the floor: reports/h100/shapes/README.md#lease16).
 struct ResizeAxis {
   int64_t in, out;  // the original image's size on this axis, the resized one's
   float scale;      // as TensorFlow's CalculateResizeScale
