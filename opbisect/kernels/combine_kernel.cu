@@ -1,14 +1,14 @@
 // GPU kernels of the deterministic combine and scatter (see combine.h), none waiting for the host. The keys (int32;
 // a scatter's dropped keys become the table's row count) and their positions; CUB's stable radix sort of
-// (key, position) (a scatter's over only the bits its keys use, and up to 8,192 keys in one block); the segments of runs that span chunks summed, each
-// chunk finding its own (at most two) by binary search over its sorted keys. Then the combine numbers the runs
-// (CUB's inclusive sum of the run heads), marks each run's start and key, and stores each run's sum in run order;
-// the scatter needs no numbering: four warps per 32 sorted positions find their run heads and the runs' ends by
-// ballot and add each run's sum into its key's row of the table (two kernels after the sort, where a numbering
-// would cost three more enqueues on a host-bound step). The sort (with the combine's scan) is CUB's ten or so
-// kernels and memsets: from the second call of a size in a row it is replayed as one CUDA graph (SortGraph).
-// Integer work is exact, and every float add has a fixed place in a fixed order, so the bits do not depend on
-// scheduling.
+// (key, position) (a scatter's over only the bits its keys use, and up to 8,192 keys in one block); the segments of
+// runs that span chunks summed, each chunk finding its own (at most two) by binary search over its sorted keys.
+// Then the combine numbers the runs (CUB's inclusive sum of the run heads), marks each run's start and key, and
+// stores each run's sum in run order; the scatter needs no numbering: the warps of each 32 sorted positions find
+// their run heads and the runs' ends by ballot and add each run's sum into its key's row of the table (two kernels
+// after the sort, where a numbering would cost three more enqueues on a host-bound step). The sort (with the
+// combine's scan) is CUB's ten or so kernels and memsets: from the second call of a size in a row it is replayed as
+// one CUDA graph (SortGraph). Integer work is exact, and every float add has a fixed place in a fixed order, so the
+// bits do not depend on scheduling.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -91,7 +91,9 @@ __global__ void __launch_bounds__(kSortThreads) BlockSort(const K* keys, int64_t
 }
 
 // Sorted position i starts a run of equal keys.
-__device__ __forceinline__ bool IsHead(const int32_t* sorted, int64_t i) { return i == 0 || sorted[i] != sorted[i - 1]; }
+__device__ __forceinline__ bool IsHead(const int32_t* sorted, int64_t i) {
+  return i == 0 || sorted[i] != sorted[i - 1];
+}
 
 struct HeadFlag {  // the scan's input, computed as it reads (no kernel, no buffer of flags)
   const int32_t* sorted;
@@ -312,8 +314,9 @@ template <typename A>
 constexpr int kAddRunsBlocks = sizeof(A) == 4 ? 2 : 1;
 
 template <typename T, typename A>
-__global__ void __launch_bounds__(512, kAddRunsBlocks<A>) AddRuns(const T* rows, const int32_t* perm, const A* part, const int32_t* sorted, int64_t n,
-                        int64_t d, int64_t table_rows, bool subtract, T* table) {
+__global__ void __launch_bounds__(512, kAddRunsBlocks<A>)
+    AddRuns(const T* rows, const int32_t* perm, const A* part, const int32_t* sorted, int64_t n, int64_t d,
+            int64_t table_rows, bool subtract, T* table) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   for (int64_t first = blockIdx.x * int64_t{32}; first < n; first += int64_t{gridDim.x} * 32) {
