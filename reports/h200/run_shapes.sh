@@ -35,8 +35,8 @@
 #                                             # lease16: AddRuns' dispatch, the resize gradient's tables)
 #   bash reports/h200/run_shapes.sh lease16b  # on an H200 leanonly and BERT-base mixed; then candidates over the segment
 #                                             # sums' and scatters' rows (round three: the block sort, AddRuns' blocks)
-#   bash reports/h200/run_shapes.sh lease17   # the next lease: on an H200 leanonly and BERT-base mixed; then main's
-#                                             # check_combine and its segment, scatter and resize rows, profiled
+#   bash reports/h200/run_shapes.sh lease17   # the next lease: on an H200 leanonly and BERT-base mixed; then candidates
+#                                             # (round four: the resize in two passes, the scatter into zeros), profiles
 #   bash reports/h200/run_shapes.sh merged    # the candidates merged from the first round (the resize gradient's own op
 #                                             # in its stepped form, the channel sum, the tensor scatter): bits, rows
 #   bash reports/h200/run_shapes.sh lease15b  # on an H200 leanonly; then merged
@@ -171,14 +171,17 @@ case $PHASE in
                 --plain-and-patch --profile-over 1.05 --ops UnsortedSegmentSum,ResourceScatterAdd \
                 --shapes 'embedding 8k x 256, 8k tokens;BERT word embedding;32k x 512 table, 8k updates'"
             fi ;;
-  lease17) # the next lease: on an H200 the two goals it alone can answer; then main's bits after lease16's merges
-           # (the block sort, AddRuns' blocks and column split, the resize tables) and its segment, scatter and resize
-           # rows timed and profiled (lease16's round three had one A/B run on a busier machine)
+  lease17) # the next lease: on an H200 the two goals it alone can answer; then round four of the candidates (the
+           # resize gradient one axis at a time, the segment sum's scatter into zeros not reading them) against main
+           # over the segment, scatter and resize rows, twice; then main's and the branch's rows over 1.05x profiled
            build
            if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
-           run check_combine 300 python3 benchmarks/check_combine.py
-           run sweep_main 400 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --profile-over 1.05 \
-             --json "$R/sweep_main.json" --ops "$CANDIDATE_OPS" --shapes "$CANDIDATE_SHAPES" ;;
+           [ -d branch-candidates ] && bash "$0" candidates
+           for tree in main candidates; do
+             run "profile_$tree" 300 bash -c "cd $([ $tree = main ] && echo . || echo branch-candidates) && python3 \
+               benchmarks/patch_sweep.py --device gpu --plain-and-patch --profile-over 1.05 --ops $CANDIDATE_OPS \
+               --shapes '$CANDIDATE_SHAPES'"
+           done ;;
   merged) build
           run check_dense 300 python3 benchmarks/check_dense.py
           run sweep_merged 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch \
