@@ -209,6 +209,11 @@ inline int64_t ResizeTableWords(const ResizeAxis& ay, const ResizeAxis& ax) {
   return 3 * (ay.out + ax.out) + 2 * (ay.in + ax.in);
 }
 
+// Their entries, a tap or a span each (ResizeTableEntry's e ranges over them).
+inline int64_t ResizeTableEntries(const ResizeAxis& ay, const ResizeAxis& ax) {
+  return ay.out + ax.out + ay.in + ax.in;
+}
+
 OPBISECT_HOST_DEVICE inline void ResizeTablesIn(const ResizeAxis& ay, const ResizeAxis& ax, const int32_t* words,
                                                 ResizeTables* ty, ResizeTables* tx) {
   ty->taps = reinterpret_cast<const ResizeTap*>(words);
@@ -217,7 +222,7 @@ OPBISECT_HOST_DEVICE inline void ResizeTablesIn(const ResizeAxis& ay, const Resi
   tx->spans = ty->spans + ay.in;
 }
 
-// Entry e of the tables (e < ay.out + ax.out + ay.in + ax.in, in the buffer's order); one GPU thread an entry.
+// Entry e of the tables (e < ResizeTableEntries, in the buffer's order); one GPU thread an entry.
 OPBISECT_HOST_DEVICE inline void ResizeTableEntry(const ResizeAxis& ay, const ResizeAxis& ax, int64_t e,
                                                   int32_t* words) {
   ResizeTap* taps = reinterpret_cast<ResizeTap*>(words);  // the y taps, then the x taps

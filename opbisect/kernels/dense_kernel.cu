@@ -172,7 +172,7 @@ unsigned Blocks(int64_t elements) {  // 256 threads a block, the grid's x at mos
 template <typename T>
 cudaError_t ResizeGradTyped(const float* grads, int64_t n, const ResizeAxis& ay, const ResizeAxis& ax, int64_t c,
                             int32_t* words, void* out, cudaStream_t stream) {
-  const int64_t total = n * ay.in * ax.in * c, entries = ay.out + ax.out + ay.in + ax.in;
+  const int64_t total = n * ay.in * ax.in * c, entries = ResizeTableEntries(ay, ax);
   if (total == 0) return cudaSuccess;
   ResizeTableKernel<<<Blocks(entries), 256, 0, stream>>>(ay, ax, entries, words);
   const unsigned blocks = Blocks(total);

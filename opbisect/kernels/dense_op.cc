@@ -230,7 +230,7 @@ class ResizeGradCpu : public ResizeGradBase {
     T* out = out_t->flat<T>().data();
     const int64_t n = out_t->dim_size(0), channels = out_t->dim_size(3);
     std::vector<int32_t> words(ResizeTableWords(ay, ax));  // the tables as the GPU's first kernel fills them
-    for (int64_t e = 0; e < ay.out + ax.out + ay.in + ax.in; ++e) ResizeTableEntry(ay, ax, e, words.data());
+    for (int64_t e = 0; e < ResizeTableEntries(ay, ax); ++e) ResizeTableEntry(ay, ax, e, words.data());
     ResizeTables ty, tx;
     ResizeTablesIn(ay, ax, words.data(), &ty, &tx);
     for (int64_t image = 0, e = 0; image < n; ++image)  // each element as one GPU thread computes it

@@ -177,12 +177,12 @@ def resize_bilinear_grad(ctx, grads, original_image):
     casts and transposes around cuBLAS's float64 GEMMs, 7 launches against 2): hence the own kernel."""
     import tensorflow as tf
 
+    align, half = bool(ctx.attrs.get("align_corners")), bool(ctx.attrs.get("half_pixel_centers"))
     own = _own_op(ctx, grads, "opbisect_resize_bilinear_grad")
     if own is not None:
-        return [_own_resize_grad(own, ctx, grads, original_image)]
+        return [_own_resize_grad(own, grads, original_image, dict(align_corners=align, half_pixel_centers=half))]
     out_h, out_w = tf.shape(grads)[1], tf.shape(grads)[2]
     in_h, in_w = tf.shape(original_image)[1], tf.shape(original_image)[2]
-    align, half = bool(ctx.attrs.get("align_corners")), bool(ctx.attrs.get("half_pixel_centers"))
     wy = _interpolation(out_h, in_h, align, half)
     wx = _interpolation(out_w, in_w, align, half)
     wide = tf.float64
@@ -190,13 +190,10 @@ def resize_bilinear_grad(ctx, grads, original_image):
     return [tf.cast(tf.einsum("byxc,yi,xj->bijc", g, wy, wx), original_image.dtype)]
 
 
-def _own_resize_grad(own, ctx, grads, original_image):
+def _own_resize_grad(own, grads, original_image, flags):
     """The own op, with the op's own gradient in grads (the forward resize; none in the image, which only gives the
-    output's shape)."""
+    output's shape). `flags`: the resize's align_corners and half_pixel_centers."""
     import tensorflow as tf
-
-    flags = dict(align_corners=bool(ctx.attrs.get("align_corners")),
-                 half_pixel_centers=bool(ctx.attrs.get("half_pixel_centers")))
 
     @tf.custom_gradient
     def summed(grads, original_image):
