@@ -392,6 +392,21 @@ def parallel_xla_compilation(environ, tf_version: str | None) -> None:
     environ["XLA_FLAGS"] = f"{flags} {threads}={os.cpu_count() or 1} {split}=true".strip()
 
 
+# XLA's own switch for the ops it compiles (its docs/determinism.md): scatters, GEMMs (cuBLAS without atomics),
+# convolutions and attention in their deterministic forms, and compilation refused on select-and-scatter, which has
+# none. TensorFlow's global switch sets XLA's wider `--xla_gpu_deterministic_ops` with every TensorFlow op's own.
+XLA_DETERMINISTIC_OPS = "--xla_gpu_exclude_nondeterministic_ops=true"
+
+
+def with_xla_flags(base, env: dict) -> dict:
+    """`base` (an environment) updated with `env`, where XLA_FLAGS in both is joined rather than replaced: the
+    user's own XLA flags stay, and XLA takes the last of a flag given twice."""
+    merged = {**base, **env}
+    if base.get("XLA_FLAGS") and env.get("XLA_FLAGS"):
+        merged["XLA_FLAGS"] = f"{base['XLA_FLAGS']} {env['XLA_FLAGS']}"
+    return merged
+
+
 def installed_tensorflow() -> str | None:
     """The installed TensorFlow's version, read without importing it (None: not installed under a known name)."""
     from importlib import metadata

@@ -119,21 +119,23 @@ def _measured_in_turn(step: _Step, calls: list, runs: int, timing_runs: int) -> 
     return measured
 
 
-def _configured(v: Variant) -> Variant:
-    """The variant's configuration as data, from what its name names (the names are made here, below)."""
+def _configured(v: Variant, env: dict | None = None) -> Variant:
+    """The variant's configuration as data, from what its name names (the names are made here, below), and the
+    environment it runs under besides its family switches (`env`: XLA_FLAGS)."""
     parts = v.name.split(" + ")
     v.patched = parts[0] == PATCHED
     v.global_switch = v.name == GLOBAL
     v.switches = [p[:-2] for p in parts if p.endswith("=1")]
+    v.env = {k: val for k, val in (env or {}).items() if k not in v.switches}
     return v
 
 
-def _variant(name: str, how: str, measured, plain=None, comparable: bool = True) -> Variant:
+def _variant(name: str, how: str, measured, plain=None, comparable: bool = True, env: dict | None = None) -> Variant:
     from .execute.variants import difference, ratio_interval
 
     v = _configured(Variant(name=name, how=how, runs=len(measured.results), distinct=measured.distinct,
                             step_ms=measured.step_ms, timed=len(measured.samples), error=measured.error,
-                            comparable=comparable))
+                            comparable=comparable), env)
     if plain is not None and plain.step_ms and v.step_ms is not None:
         v.ratio = round(v.step_ms / plain.step_ms, 3)
         if measured is not plain:
@@ -157,7 +159,7 @@ def experiment(settings: VerifySettings) -> Verification:
         settings = dataclasses.replace(settings, steps=settings.steps or choice.through_step)  # the children too
         step.feed(settings.steps)
         measured, patched, plain = _in_process(settings, step, choice)
-        measured += _children(settings, step, plain, _switches(step, choice))
+        measured += _children(settings, step, plain, _switches(step, choice), _xla_switched(step))
     variants = _against_reference([v for v, _ in measured], [m for _, m in measured])
     tuned = bool(autotuned_convolutions(step.trace.graph, step.kind == "gpu"))
     for v in variants:
@@ -198,6 +200,15 @@ def _switches(step: _Step, choice) -> tuple[list[str], list[str]]:
             sorted({switch_of(t) for t in types if switch_of(t) and not has_rewrite(t)}))
 
 
+def _xla_switched(step: _Step) -> bool:
+    """Whether XLA's own switch applies: XLA compiles the step on a GPU, with a TensorFlow whose XLA was checked to
+    know the flag (XLA aborts on one it does not)."""
+    from . import tfcompat
+
+    return (bool(step.trace.jit_compile) and step.kind == "gpu"
+            and step.prepared.tf.__version__.startswith(tfcompat.XLA_FLAGS_CHECKED_ON))
+
+
 def _against_reference(variants: list[Variant], measured: list) -> list[Variant]:
     """Each variant's difference from the CPU reference's first run, where the reference ran from the same state."""
     from .execute.variants import difference
@@ -222,24 +233,36 @@ class _ChildRun:
     env: dict
 
 
-def _child_runs(settings: VerifySettings, switches: tuple[list[str], list[str]]) -> list[_ChildRun]:
+def _child_runs(settings: VerifySettings, switches: tuple[list[str], list[str]], xla: bool = False) -> list[_ChildRun]:
     """Unless --no-switches: the global switch, each family switch, and the patched step under each family switch
-    some chosen op has instead of a rewrite."""
+    some chosen op has instead of a rewrite; where XLA compiles the step on a GPU (`xla`), XLA's own switch, alone
+    and under the patch. Under XLA what varies can be an op XLA compiled (cuBLAS' atomics in a GEMM), which capture
+    cannot name: its taps change what XLA fuses and picks."""
     if not settings.switches:
         return []
     families, needed = switches
-    return ([_ChildRun("global", GLOBAL, _GLOBAL_HOW, {})]
+    runs = ([_ChildRun("global", GLOBAL, _GLOBAL_HOW, {})]
             + [_ChildRun("family", f"{n}=1", f"the environment variable {n}=1, in a fresh process", {n: "1"})
                for n in families]
             + [_ChildRun("patched", f"{PATCHED} + {n}=1", f"the patched step under {n}=1 (the ops with no rewrite), "
                          f"in a fresh process", {n: "1"}) for n in needed])
+    if xla:
+        from .tfcompat import XLA_DETERMINISTIC_OPS
+
+        flag = f"XLA_FLAGS={XLA_DETERMINISTIC_OPS}"
+        env = {"XLA_FLAGS": XLA_DETERMINISTIC_OPS}
+        runs += [_ChildRun("family", flag, f"XLA's own deterministic ops ({flag}), in a fresh process", env),
+                 _ChildRun("patched", f"{PATCHED} + {flag}", f"the patched step with XLA's own deterministic ops "
+                           f"({flag}), in a fresh process", env)]
+    return runs
 
 
-def _children(settings: VerifySettings, step: _Step, plain, switches: tuple[list[str], list[str]]) -> list[tuple]:
+def _children(settings: VerifySettings, step: _Step, plain, switches: tuple[list[str], list[str]],
+              xla: bool) -> list[tuple]:
     """(variant, measured) of each child process, each from the parent's starting state (`_child_runs`), and the
     plain step on the CPU where the step runs on a GPU (or --cpu-reference on): the numerical reference."""
     reference = settings.cpu_reference == "on" or (settings.cpu_reference == "auto" and step.kind == "gpu")
-    runs = _child_runs(settings, switches)
+    runs = _child_runs(settings, switches, xla)
     if not (runs or reference):
         return []
     with store.temporary("opbisect-verify-") as tmp:
@@ -263,21 +286,22 @@ _CPU_HOW = "the plain step on the CPU, in a fresh process: the numerical referen
 
 def _child_variant(settings, exchange: Path, run: _ChildRun, plain) -> tuple:
     from .execute import children
+    from .tfcompat import with_xla_flags
 
     child = dataclasses.replace(settings, variant=run.variant, exchange=exchange, switches=False, cpu_reference="off",
                                 device="cpu" if run.variant == "cpu" else settings.device)
-    done = children.run(children.command_line("verify", child.to_argv()), {**os.environ, **run.env})
+    done = children.run(children.command_line("verify", child.to_argv()), with_xla_flags(os.environ, run.env))
     result = exchange / f"{run.variant}.json"
     if done.returncode != 0 or not result.is_file():
         last = (done.stderr.strip().splitlines() or [""])[-1]
         return _configured(Variant(name=run.name, how=run.how, error=f"the child process failed (exit "
-                                                                     f"{done.returncode}): {last}")), None
+                                                                     f"{done.returncode}): {last}"), run.env), None
     got = json.loads(result.read_text())
     arrays = np.load(exchange / f"{run.variant}.npz")
     measured = Measured(results=got["results"], times=got["times"], timed=got["timed"],
                         first={n: arrays[f"arr_{i}"] for i, n in enumerate(got["names"])}, error=got["error"])
     result.unlink()
-    return _variant(run.name, run.how, measured, plain, comparable=got["comparable"]), measured
+    return _variant(run.name, run.how, measured, plain, comparable=got["comparable"], env=run.env), measured
 
 
 def _child(settings: VerifySettings) -> int:

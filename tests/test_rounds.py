@@ -180,3 +180,47 @@ def test_the_users_two_runs_side_by_side_each_take_gpu_memory_as_they_need_it(tm
     UserTestRuns.started(settings, tmp_path, True, seed="7", env={"PYTHONHASHSEED": "7"})
     assert len(started) == 2 and all(env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true" and env["PYTHONHASHSEED"] == "7"
                                      for env in started)
+
+
+def test_a_variant_two_fresh_runs_refute_gives_way_to_the_next_and_the_answer_says_so(tmp_path, monkeypatch):
+    """verify's runs are one process's: a choice made once per process (XLA's autotuned kernels) can pass them and
+    still part two fresh runs. The fix tries its reproducible variants cheapest first until the user's test agrees,
+    and says which it passed over; where none agrees, exit 1 on the last."""
+    from opbisect.fix.driver import FixDriver
+    from opbisect.record.fixing import Fix, Recommendation, UserTest
+    from opbisect.report import fix_html
+    from opbisect.report.fix_view import answer
+    from opbisect.settings import FixSettings
+
+    recs = [Recommendation("patched + XLA_FLAGS=--x", patch="p.csv", env={"XLA_FLAGS": "--x"}, ratio=1.01),
+            Recommendation("global switch", env={"TF_DETERMINISTIC_OPS": "1"}, ratio=3.2)]
+    driver = FixDriver(FixSettings(script=write_script(tmp_path, "s", NOISE_STEP)), tmp_path, tmp_path)
+
+    def users_test(agrees):
+        tested = []
+
+        def test(rec):
+            tested.append(rec.variant)
+            ok = agrees(rec)
+            return UserTest(command="c", steps=10, ran=[10, 10], agreed=ok, first_apart=None if ok else 3,
+                            apart=[] if ok else ["dense/kernel"])
+        return test, tested
+
+    test, tested = users_test(lambda rec: "XLA_FLAGS" not in rec.env)
+    monkeypatch.setattr(driver, "user_test", test)
+    rec, got, refuted = driver.tried_in_turn(recs)
+    assert (rec, got.agreed, tested) == (recs[1], True, [recs[0].variant, recs[1].variant])
+    assert [(r.recommendation, r.test.first_apart) for r in refuted] == [(recs[0], 3)]
+    fix = Fix(script="s.py", script_path="/s.py", form="fit", rounds=[], stopped="NAMED_NOTHING", why="", switches=[],
+              recommendation=rec, test=got, refuted=refuted)
+    said = answer(fix)
+    assert fix.exit_code == 0 and said[0].endswith("two fresh runs agree bit for bit through 10 training steps")
+    assert said[2].startswith("  passed over: with opbisect's patch, XLA_FLAGS=--x (1.01x the plain step)")
+    page = ElementTree.fromstring(fix_html.page(fix, None, said))
+    assert [p.get("data-refuted") for p in page.findall(".//x:p[@data-refuted]", XHTML)] == [recs[0].variant]
+
+    test, tested = users_test(lambda rec: False)
+    monkeypatch.setattr(driver, "user_test", test)
+    rec, got, refuted = driver.tried_in_turn(recs)
+    assert (rec, got.agreed, len(tested), len(refuted)) == (recs[1], False, 2, 1)
+    assert driver.tried_in_turn([]) == (None, None, [])

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..record import store
 from ..record.model import UserTest
 from ..settings import RunSettings, TraceSettings, shared
+from ..tfcompat import with_xla_flags
 from . import children
 from .digest import combined, first_apart
 
@@ -73,7 +74,7 @@ def _started(settings, folder: Path, intercepted: bool, patch: str, seed: str, e
     cmd = children.command_line(command[0], command[1].to_argv())
     # side by side on one GPU: each takes memory as it needs it (TensorFlow takes the whole GPU otherwise, and the
     # second ran out of it on the H200); where memory is put changes no bit
-    full = {"TF_FORCE_GPU_ALLOW_GROWTH": "true", **os.environ, **env}
+    full = with_xla_flags({"TF_FORCE_GPU_ALLOW_GROWTH": "true", **os.environ}, env)
     return children.start(cmd, full, stdout=children.PIPE, stderr=children.PIPE), cmd, out
 
 

@@ -25,7 +25,7 @@ from ..execute import children
 from ..execute.usertest import UserTestRuns
 from ..patches.selection import FIX_CSV_NAME
 from ..record import store
-from ..record.fixing import Fix, Recommendation, Round, UserTest
+from ..record.fixing import Fix, Recommendation, Refuted, Round, UserTest
 from ..record.model import CSV_COLUMNS, Record
 from ..record.verification import Verification
 from ..report.fix_view import round_line
@@ -57,17 +57,30 @@ class FixDriver:
             self._patch(decision)
             plan = decision.plan
         verification = self.verify() if plan.ops else None
-        rec = decide.recommendation(plan, verification, str(self.final / FIX_CSV_NAME), decision.stop)
-        if rec is not None and rec.patch:  # its patch was made for that call: run takes it so
-            rec = dataclasses.replace(rec, at=self.settings.at)
+        recs = decide.recommendations(plan, verification, str(self.final / FIX_CSV_NAME), decision.stop)
+        # a patch was made for that call: run takes it so
+        recs = [dataclasses.replace(r, at=self.settings.at) if r.patch else r for r in recs]
+        rec, test, refuted = self.tried_in_turn(recs)
         fix = Fix(script=str(self.settings.script), script_path=str(self.settings.script.resolve()), form=self.form,
                   rounds=self.rounds, stopped=decision.stop.name, why=decision.why, switches=list(plan.switches),
                   verify=f"verify/{self.settings.script.stem}-verify" if verification else "",
                   recommendation=rec, lines=self.causes + decide.keep_lines(rec, self.form) if rec else [],
-                  script_args=list(self.settings.script_args), out=str(self.settings.out))
-        if rec is not None:
-            fix.test = self.user_test(rec)
+                  script_args=list(self.settings.script_args), out=str(self.settings.out), test=test,
+                  refuted=refuted)
         return fix, verification
+
+    def tried_in_turn(self, recs: list[Recommendation]) -> tuple[Recommendation | None, UserTest | None, list]:
+        """The user's test on each recommendation in turn until two fresh runs agree: (the one it ends on, its test,
+        those refuted before it). Where every one is refuted, it ends on the last."""
+        refuted = []
+        for k, rec in enumerate(recs):
+            test = self.user_test(rec)
+            if test.agreed or k == len(recs) - 1:
+                return rec, test, refuted
+            self.say(f"  two fresh runs with {rec.variant} differ: the next, "
+                     f"{recs[k + 1].variant}")
+            refuted.append(Refuted(rec, test))
+        return None, None, refuted
 
     def round_settings(self, plan: decide.RoundPlan) -> TraceSettings:
         """The round's trace: the fix's own options, each round's by `shared`, and what the plan applies."""

@@ -17,7 +17,7 @@ from ..ir.randomness import SEED, SEEDED_BY_KERAS
 from ..patches.registry import has_rewrite, switch_of
 from ..record.fixing import AS_WRITTEN, SEEDED, Recommendation
 from ..record.model import Record, Source
-from ..record.verification import Verification
+from ..record.verification import Variant, Verification, ranked
 from ..words import listed
 
 GLOBAL_ENV = "TF_DETERMINISTIC_OPS"  # enable_op_determinism, from the environment: what `opbisect run` can set
@@ -109,21 +109,31 @@ def family_switches(plan: RoundPlan, new: list[Source]) -> tuple[str, ...]:
     return tuple(sorted(set(plan.switches) | needed))
 
 
-def recommendation(plan: RoundPlan, verification: Verification | None, patch_csv: str,
-                   stop: Stop) -> Recommendation | None:
-    """What to recommend once the rounds ended: verify's cheapest bitwise reproducible variant where ops were patched,
-    with the plan's seed and environment; the seed and environment alone where nothing needed patching and the last
-    round was reproducible (none where it was not: the user's test would only find what the rounds found)."""
+def recommendations(plan: RoundPlan, verification: Verification | None, patch_csv: str,
+                    stop: Stop) -> list[Recommendation]:
+    """What to recommend once the rounds ended, in the order the user's test tries them (at most TRIES): verify's
+    bitwise reproducible variants where ops were patched, cheapest first (`ranked`), each with the plan's seed and
+    environment. One process's runs cannot show a choice made once per process (XLA's autotuned kernels), so a
+    variant two fresh runs refute gives way to the next. The seed and environment alone where nothing needed
+    patching and the last round was reproducible; none where it was not (the user's test would only find what the
+    rounds found)."""
     env = dict(plan.env)
     if not plan.ops and stop is not Stop.REPRODUCIBLE:
-        return None
+        return []
     if not plan.ops:
-        variant = SEEDED if plan.seed or env else AS_WRITTEN
-        return Recommendation(variant=variant, seed=plan.seed, env=env)
-    chosen = verification.variant(verification.recommendation) if verification else None
-    if chosen is None:
-        return None
+        return [Recommendation(variant=SEEDED if plan.seed or env else AS_WRITTEN, seed=plan.seed, env=env)]
+    chosen = ranked(verification.variants) if verification else []
+    return [_applying(v, plan, patch_csv) for v in chosen[:TRIES]]
+
+
+TRIES = 3  # variants the user's test tries at most: each try is two more fresh runs of the script
+
+
+def _applying(chosen: Variant, plan: RoundPlan, patch_csv: str) -> Recommendation:
+    """verify's variant `chosen` as a configuration: its patch, family switches and environment, the plan's seed."""
+    env = dict(plan.env)
     env.update({name: "1" for name in chosen.switches})
+    env.update(chosen.env)  # XLA's own switch (XLA_FLAGS)
     if chosen.global_switch:
         env[GLOBAL_ENV] = "1"
     return Recommendation(variant=chosen.name, patch=patch_csv if chosen.patched else "", seed=plan.seed, env=env,
@@ -139,6 +149,9 @@ def keep_lines(rec: Recommendation, form: str) -> list[str]:
                          f"the set in sorted order)")
         elif name == GLOBAL_ENV:
             lines.append("tf.config.experimental.enable_op_determinism()  # before the model is built")
+        elif name == "XLA_FLAGS":  # added to the user's own XLA flags, not in their place
+            lines.append(f'os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " {value}"  # before XLA '
+                         f'first compiles')
         else:
             lines.append(f'os.environ["{name}"] = "{value}"  # before TensorFlow is imported')
     if rec.seed:

@@ -11,7 +11,7 @@ import shlex
 from ..errors import EXIT_CLEAN, EXIT_FOUND
 from .model import UserTest  # noqa: F401  (a fix's record holds it; trace's does too)
 
-FIX_VERSION = 2  # 2: the user's test, the recommendation as data, each round's seed and environment
+FIX_VERSION = 3  # 2: the user's test, the recommendation as data, each round's seed and environment; 3: `refuted`
 AS_WRITTEN = "as written"  # the recommendation where the script was reproducible before any change
 SEEDED = "seeded"  # where seeding alone (the seed, PYTHONHASHSEED) made it reproducible
 
@@ -58,6 +58,15 @@ def run_command(script: str, args, flags: dict, env: dict | None = None) -> str:
 
 
 @dataclasses.dataclass
+class Refuted:
+    """A configuration verify found reproducible in one process whose two fresh runs still differed: the user's test
+    passed it over for the next."""
+
+    recommendation: Recommendation
+    test: UserTest
+
+
+@dataclasses.dataclass
 class Fix:
     script: str
     script_path: str
@@ -70,6 +79,7 @@ class Fix:
     recommendation: Recommendation | None = None  # None: no configuration to recommend
     lines: list[str] = dataclasses.field(default_factory=list)  # what to put in the training script
     test: UserTest | None = None  # the user's test on the recommendation
+    refuted: list[Refuted] = dataclasses.field(default_factory=list)  # tried before it, in order, and refuted
     script_args: list[str] = dataclasses.field(default_factory=list)
     out: str = ""  # the --out it was written under (the fix of another call goes beside it)
     version: int = FIX_VERSION

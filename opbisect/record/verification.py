@@ -2,8 +2,9 @@
 
 Variants: `plain` (the step as written), `patched` (the report's sources replaced, opbisect.patches), `global
 switch` (enable_op_determinism, in a child process since it is process-wide), and each TensorFlow family switch
-that applies to the sources (an environment variable, in a child process); and the plain step on the CPU, the
-numerical reference (in a child process). The recommendation, the cheapest
+that applies to the sources (an environment variable, in a child process); where XLA compiles the step on a GPU,
+XLA's own switch for the ops it compiles (XLA_FLAGS, in a child process), alone and with the patch; and the plain
+step on the CPU, the numerical reference (in a child process). The recommendation, the cheapest
 variant whose runs all gave the same bits, is decided once (`decide`) and stored. A variant whose convolutions'
 cuDNN algorithms are autotuned (`autotuned`) gave the same bits within its own process only: TensorFlow picks the
 fastest algorithm it times in each process, of the deterministic ones under TF_CUDNN_DETERMINISTIC, and takes the
@@ -17,8 +18,8 @@ import dataclasses
 
 from ..errors import EXIT_CLEAN, EXIT_FOUND
 
-VERIFY_VERSION = 4  # 2: each variant's timed steps and its ratio's interval; 3: `autotuned`, `steps`;
-# 4: each variant's configuration as data (`patched`, `switches`, `global_switch`)
+VERIFY_VERSION = 5  # 2: each variant's timed steps and its ratio's interval; 3: `autotuned`, `steps`;
+# 4: each variant's configuration as data (`patched`, `switches`, `global_switch`); 5: `env` (XLA's own switch)
 PLAIN, PATCHED, GLOBAL, CPU_REFERENCE = "plain", "patched", "global switch", "cpu reference"
 
 
@@ -47,6 +48,7 @@ class Variant:
     patched: bool = False
     switches: list[str] = dataclasses.field(default_factory=list)
     global_switch: bool = False
+    env: dict[str, str] = dataclasses.field(default_factory=dict)  # other environment it sets (XLA_FLAGS)
 
     @property
     def reproducible(self) -> bool:
@@ -111,10 +113,14 @@ class Verification:
         return EXIT_CLEAN if self.fixed_by else EXIT_FOUND
 
 
-def decide(variants: list[Variant]) -> str:
-    """The cheapest variant whose runs were bitwise identical, among those whose convolutions are not autotuned if
-    any is; a variant without a time ranks last."""
+def ranked(variants: list[Variant]) -> list[Variant]:
+    """The variants whose runs were bitwise identical, cheapest first, those whose convolutions are autotuned after
+    the others; a variant without a time ranks last. What fix tries in turn, until two fresh runs agree."""
     good = [v for v in variants if v.reproducible and not v.reference]
-    if not good:
-        return ""
-    return min(good, key=lambda v: (v.autotuned, v.step_ms is None, v.step_ms or 0.0, v.name != PATCHED)).name
+    return sorted(good, key=lambda v: (v.autotuned, v.step_ms is None, v.step_ms or 0.0, v.name != PATCHED))
+
+
+def decide(variants: list[Variant]) -> str:
+    """The recommended variant's name: the first `ranked` ("" when none was reproducible)."""
+    good = ranked(variants)
+    return good[0].name if good else ""

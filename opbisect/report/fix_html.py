@@ -50,15 +50,23 @@ def _test(fix: Fix) -> str:
     t = fix.test
     if t is None:
         return ""
-    said = "agree bit for bit" if t.agreed else (t.error or (
-        f"differ {'at the training call' if t.first_apart == 0 else f'after step {t.first_apart}'}: "
-        + ", ".join(t.apart[:8])))
+    said = _said(t)
     # a script's test is a command to copy; the target contract's, two processes of its step (said in words)
     runs = (f"Two fresh runs of <code>{escape(t.command)}</code>" if "opbisect " in t.command
             else escape(t.command[:1].upper() + t.command[1:]))
+    refuted = "".join(f'<p data-refuted="{escape(r.recommendation.variant)}">Passed over: <code>'
+                      f"{escape(r.recommendation.command(fix.script, fix.script_args))}</code>, reproducible in "
+                      f"one process; two fresh runs with it {escape(_said(r.test))}.</p>" for r in fix.refuted)
     return (f'<h2>The user\'s test</h2><p data-agreed="{str(t.agreed).lower()}">{runs}, '
             + (f"{t.steps} training steps each" if t.steps else "each to the script's end")
-            + f": {escape(said)}.</p>")
+            + f": {escape(said)}.</p>" + refuted)
+
+
+def _said(t) -> str:
+    """What a user's test's two runs did, in words."""
+    return "agree bit for bit" if t.agreed else (t.error or (
+        f"differ {'at the training call' if t.first_apart == 0 else f'after step {t.first_apart}'}: "
+        + ", ".join(t.apart[:8])))
 
 
 def _ops(ops: list[str]) -> str:

@@ -26,7 +26,7 @@ def answer(fix: Fix) -> list[str]:
         return [head + f"no configuration found, exit 1: the rounds ended because {fix.why}"]
     command = rec.command(fix.script, fix.script_args)
     if test is None or not test.agreed:
-        out = [head + f"NOT reproducible, exit 1: {_apart(test)}", f"  tried: {command}"]
+        out = [head + f"NOT reproducible, exit 1: {_apart(test)}", f"  tried: {command}"] + _refuted(fix)
         if test is not None and test.parts_elsewhere():  # a step this fix never traced: trace it
             out.append(f"  next: {_fix_at(fix, test.apart_call)}   (the runs part in training call "
                        f"{test.apart_call}, which this fix did not analyse)")
@@ -34,7 +34,13 @@ def answer(fix: Fix) -> list[str]:
     what = describe(rec)
     steps = f"{test.ran[0]} training steps" if test.steps else "the whole script"
     return [head + f"reproducible {what}, exit 0: two fresh runs agree bit for bit through {steps}",
-            f"  run it so: {command}"]
+            f"  run it so: {command}"] + _refuted(fix)
+
+
+def _refuted(fix: Fix) -> list[str]:
+    """The cheaper configurations the user's test passed over: reproducible in one process, not across two."""
+    return [f"  passed over: {describe(r.recommendation)}: reproducible in one process, but {_apart(r.test)}"
+            for r in fix.refuted]
 
 
 def _fix_at(fix: Fix, call: str) -> str:

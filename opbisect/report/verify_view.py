@@ -51,16 +51,16 @@ def outcome(x) -> str:
     return same + (" (convolutions autotuned)" if x.autotuned else "")
 
 
-def _row(x) -> str:
+def _row(x, width: int) -> str:
     if x.error:
-        return f"  {x.name:<44} {outcome(x)}"
+        return f"  {x.name:<{width}} {outcome(x)}"
     same = outcome(x)
     agree = "" if x.max_abs_diff is None else f", max |diff| vs plain {x.max_abs_diff:.3g} ({x.max_ulp} ulp)"
     if x.cpu_abs_diff is not None:
         agree += f", vs the CPU {x.cpu_abs_diff:.3g} ({x.cpu_ulp} ulp)"
     if not x.comparable:
         agree = ", not compared (started from other values)"
-    return f"  {x.name:<44} {same} in {x.runs} runs, {x.step_ms} ms a step ({cost(x)}){agree}"
+    return f"  {x.name:<{width}} {same} in {x.runs} runs, {x.step_ms} ms a step ({cost(x)}){agree}"
 
 
 def _timing(v: Verification) -> str:
@@ -80,7 +80,8 @@ def lines(v: Verification, written: Path | None = None) -> list[str]:
     out += [f"not replaced: {op}: {why}" for op, why in v.skipped.items()]
     out += [f"no patch for source {op} (kind {kind}): fix it where the report's remedy says"
             for op, kind in v.not_ops.items()]
-    out += [_row(x) for x in v.variants] + [_timing(v)]
+    width = max([44] + [len(x.name) for x in v.variants])  # the names in one column
+    out += [_row(x, width) for x in v.variants] + [_timing(v)]
     if v.plain_spread:
         out.append(f"the plain step's own run-to-run spread: max |diff| {v.plain_spread:.3g}")
     reference = next((x for x in v.variants if x.reference), None)

@@ -37,6 +37,10 @@
 #                                             # sums' and scatters' rows (round three: the block sort, AddRuns' blocks)
 #   bash reports/h200/run_shapes.sh lease17   # the next lease: on an H200 leanonly and BERT-base mixed; then candidates
 #                                             # (round four: the resize in two passes, the scatter into zeros), profiles
+#   bash reports/h200/run_shapes.sh xla       # where XLA compiles the step and the patch alone does not hold (BERT-base
+#                                             # mixed on an H100): what XLA compiled, counted; then `opbisect fix`,
+#                                             # whose verify runs XLA's own switch (alone, under the patch)
+#   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh merged    # the candidates merged from the first round (the resize gradient's own op
 #                                             # in its stepped form, the channel sum, the tensor scatter): bits, rows
 #   bash reports/h200/run_shapes.sh lease15b  # on an H200 leanonly; then merged
@@ -182,6 +186,16 @@ case $PHASE in
                benchmarks/patch_sweep.py --device gpu --plain-and-patch --profile-over 1.05 --ops $CANDIDATE_OPS \
                --shapes '$CANDIDATE_SHAPES'"
            done ;;
+  xla) # the plain and the patched step compiled once with XLA's HLO dump (two runs, no timing), its census; then the
+       # fix from the script: its verify has XLA's own switch, and its user's test tries the variants in turn
+       OPBISECT_BERT=base XLA_FLAGS="--xla_dump_to=/root/xladump --xla_dump_hlo_as_text" run census_verify 300 \
+         python3 -m opbisect verify examples/bert_like_fit_mixed.py --patch reports/h200/bert_like_fit_mixed/sources.csv \
+         --runs 2 --timing-runs 0 --no-switches --cpu-reference off --fingerprint wsum --out /root/census
+       run census 60 python3 benchmarks/xla_census.py /root/xladump --top 8
+       OPBISECT_BERT=base fixed bert_like_fit_mixed 1100 ;;
+  lease18) build
+           if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
+           bash "$0" xla ;;
   merged) build
           run check_dense 300 python3 benchmarks/check_dense.py
           run sweep_merged 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch \
