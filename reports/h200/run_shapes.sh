@@ -195,7 +195,10 @@ case $PHASE in
        OPBISECT_BERT=base fixed bert_like_fit_mixed 1100 ;;
   lease18) build
            if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
-           bash "$0" xla ;;
+           bash "$0" xla
+           # main's segment and scatter rows after round three (the block sort, AddRuns at two blocks an SM)
+           run segments_main 400 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
+             "$R/segments_main.json" --ops UnsortedSegmentSum,SegmentSum,ResourceScatterAdd --shapes "$SEGMENT_ROWS" ;;
   merged) build
           run check_dense 300 python3 benchmarks/check_dense.py
           run sweep_merged 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch \
