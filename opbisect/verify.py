@@ -140,6 +140,8 @@ def _variant(name: str, how: str, measured, plain=None, comparable: bool = True,
         v.ratio = round(v.step_ms / plain.step_ms, 3)
         if measured is not plain:
             v.ratio_low, v.ratio_high = ratio_interval(measured.samples, plain.samples) or (None, None)
+    if plain is not None and comparable and measured is not plain and measured.first and plain.first:
+        v.unlike_plain = sorted(set(measured.unchanged) ^ set(plain.unchanged))
     if plain is not None and comparable and measured.first and plain.first:
         m = difference(plain.first, measured.first)
         v.max_abs_diff, v.max_ulp = m.max_abs_diff, int(min(m.max_ulp_diff, 2 ** 62))
@@ -235,9 +237,10 @@ class _ChildRun:
 
 def _child_runs(settings: VerifySettings, switches: tuple[list[str], list[str]], xla: bool = False) -> list[_ChildRun]:
     """Unless --no-switches: the global switch, each family switch, and the patched step under each family switch
-    some chosen op has instead of a rewrite; where XLA compiles the step on a GPU (`xla`), XLA's own switch, alone
-    and under the patch. Under XLA what varies can be an op XLA compiled (cuBLAS' atomics in a GEMM), which capture
-    cannot name: its taps change what XLA fuses and picks."""
+    some chosen op has instead of a rewrite; where XLA compiles the step on a GPU (`xla`), the patched step under
+    each of XLA's switches. Under XLA what varies can be a kernel XLA picks, which capture cannot name: its taps
+    change what XLA fuses and picks (BERT-base under mixed precision on an H100: the patched step gave 2-3 results
+    in 10, one with XLA's autotuning off)."""
     if not settings.switches:
         return []
     families, needed = switches
@@ -247,13 +250,10 @@ def _child_runs(settings: VerifySettings, switches: tuple[list[str], list[str]],
             + [_ChildRun("patched", f"{PATCHED} + {n}=1", f"the patched step under {n}=1 (the ops with no rewrite), "
                          f"in a fresh process", {n: "1"}) for n in needed])
     if xla:
-        from .tfcompat import XLA_DETERMINISTIC_OPS
+        from .tfcompat import XLA_SWITCHES
 
-        flag = f"XLA_FLAGS={XLA_DETERMINISTIC_OPS}"
-        env = {"XLA_FLAGS": XLA_DETERMINISTIC_OPS}
-        runs += [_ChildRun("family", flag, f"XLA's own deterministic ops ({flag}), in a fresh process", env),
-                 _ChildRun("patched", f"{PATCHED} + {flag}", f"the patched step with XLA's own deterministic ops "
-                           f"({flag}), in a fresh process", env)]
+        runs += [_ChildRun("patched", f"{PATCHED} + XLA_FLAGS={flag}", f"the patched step with {what} (XLA_FLAGS="
+                           f"{flag}), in a fresh process", {"XLA_FLAGS": flag}) for flag, what in XLA_SWITCHES.items()]
     return runs
 
 
@@ -299,7 +299,8 @@ def _child_variant(settings, exchange: Path, run: _ChildRun, plain) -> tuple:
     got = json.loads(result.read_text())
     arrays = np.load(exchange / f"{run.variant}.npz")
     measured = Measured(results=got["results"], times=got["times"], timed=got["timed"],
-                        first={n: arrays[f"arr_{i}"] for i, n in enumerate(got["names"])}, error=got["error"])
+                        first={n: arrays[f"arr_{i}"] for i, n in enumerate(got["names"])}, error=got["error"],
+                        unchanged=got["unchanged"])
     result.unlink()
     return _variant(run.name, run.how, measured, plain, comparable=got["comparable"], env=run.env), measured
 
@@ -328,5 +329,5 @@ def _child(settings: VerifySettings) -> int:
     (exchange / f"{settings.variant}.json").write_text(json.dumps({
         "results": [repr(r) for r in measured.results], "times": measured.times, "timed": measured.timed,
         "names": names,
-        "error": measured.error, "comparable": comparable}))
+        "error": measured.error, "comparable": comparable, "unchanged": measured.unchanged}))
     return 0

@@ -224,3 +224,19 @@ def test_a_variant_two_fresh_runs_refute_gives_way_to_the_next_and_the_answer_sa
     rec, got, refuted = driver.tried_in_turn(recs)
     assert (rec, got.agreed, len(tested), len(refuted)) == (recs[1], False, 2, 1)
     assert driver.tried_in_turn([]) == (None, None, [])
+
+
+def test_rounds_that_name_nothing_on_a_step_xla_compiles_on_a_gpu_say_where_to_look():
+    from types import SimpleNamespace
+
+    from opbisect.fix.plan import RoundPlan, Stop, decide
+
+    def record(jit, device):
+        meta = SimpleNamespace(runs=20, looked_harder="varied", jit_compile=jit, device=device)
+        return SimpleNamespace(facts=SimpleNamespace(verdict=SimpleNamespace(nondeterministic=True)), sources=[],
+                               meta=meta, fresh=None)
+
+    said = {(jit, device): decide(RoundPlan(2, ops=("a",)), record(jit, device), 5)
+            for jit in (True, False) for device in ("GPU (NVIDIA H100 80GB HBM3)", "CPU")}
+    assert {d.stop for d in said.values()} == {Stop.NAMED_NOTHING} and all(d.plan is None for d in said.values())
+    assert [k for k, d in said.items() if "XLA's switches" in d.why] == [(True, "GPU (NVIDIA H100 80GB HBM3)")]

@@ -651,48 +651,85 @@ def test_an_op_only_a_family_switch_fixes_is_left_as_it_is_and_says_whether_the_
         np.testing.assert_array_equal(got.numpy(), step(x).numpy())
 
 
-def test_a_step_xla_compiles_on_a_gpu_gets_xlas_own_switch_alone_and_with_the_patch_and_fix_keeps_its_flags():
-    """BERT-base under mixed precision on an H100: the patched step still varied (3 results in 10) in what XLA
-    compiled, and capture named nothing more; the one remedy left was the global switch at 3.2x. XLA's own switch
-    is the variant between them, and the fix that takes it keeps the user's own XLA flags."""
+def test_a_step_xla_compiles_on_a_gpu_gets_the_patch_under_xlas_switches_and_fix_keeps_its_flags():
+    """BERT-base under mixed precision on an H100: the patched step still varied (2-3 results in 10) in what XLA
+    compiled, and capture named nothing more; the one remedy left was the global switch. The patch under each of
+    XLA's switches is a variant, and the fix that takes one keeps the user's own XLA flags."""
     from types import SimpleNamespace
 
     from opbisect.execute.variants import Measured
     from opbisect.fix.plan import RoundPlan, Stop, keep_lines, recommendations
     from opbisect.record.verification import Variant, Verification, decide
-    from opbisect.tfcompat import XLA_DETERMINISTIC_OPS, with_xla_flags
+    from opbisect.report.verify_view import lines
+    from opbisect.tfcompat import XLA_DETERMINISTIC_OPS, XLA_NO_AUTOTUNING, with_xla_flags
     from opbisect.verify import _child_runs, _variant
 
     on = SimpleNamespace(switches=True)
     assert [r.name for r in _child_runs(on, ([], []))] == [GLOBAL]  # outside XLA: no XLA variant
     runs = _child_runs(on, ([], []), xla=True)
-    flag = f"XLA_FLAGS={XLA_DETERMINISTIC_OPS}"
     assert [(r.variant, r.name, r.env) for r in runs[1:]] == [
-        ("family", flag, {"XLA_FLAGS": XLA_DETERMINISTIC_OPS}),
-        ("patched", f"{PATCHED} + {flag}", {"XLA_FLAGS": XLA_DETERMINISTIC_OPS})]
+        ("patched", f"{PATCHED} + XLA_FLAGS={flag}", {"XLA_FLAGS": flag})
+        for flag in (XLA_DETERMINISTIC_OPS, XLA_NO_AUTOTUNING)]
     assert _child_runs(SimpleNamespace(switches=False), ([], []), xla=True) == []  # --no-switches
 
     def v(run, distinct, ms):
         measured = Measured(results=[str(k % distinct) for k in range(10)], times=[ms / 1000] * 10)
         return _variant(run.name, run.how, measured, env=run.env)
 
-    variants = [Variant(name=PLAIN, how="", runs=10, distinct=10, step_ms=7.6),
-                Variant(name=PATCHED, how="", runs=10, distinct=3, step_ms=8.1),
-                v(runs[0], 1, 24.6), v(runs[1], 4, 7.7), v(runs[2], 1, 7.9)]
-    assert variants[4].patched and variants[4].env == {"XLA_FLAGS": XLA_DETERMINISTIC_OPS}
-    assert variants[4].switches == [] and not variants[3].patched
+    variants = [Variant(name=PLAIN, how="", runs=10, distinct=10, step_ms=6.6),
+                Variant(name=PATCHED, how="", runs=10, distinct=3, step_ms=7.1),
+                v(runs[0], 1, 18.6), v(runs[1], 1, 216.0), v(runs[2], 1, 6.9)]
+    flag = f"XLA_FLAGS={XLA_NO_AUTOTUNING}"
+    assert variants[4].patched and variants[4].env == {"XLA_FLAGS": XLA_NO_AUTOTUNING} and variants[4].switches == []
     made = Verification(script="s.py", script_path="/s.py", device="GPU", patch="x.csv", runs=10, replaced=[],
                         skipped={}, renamed={}, not_ops={}, plain_spread=0.0, variants=variants,
                         recommendation=decide(variants))
     assert made.recommendation == f"{PATCHED} + {flag}" and made.exit_code == 0
+    pinned = [line for line in lines(made) if line.startswith("pinned by experiment")]
+    assert [flag for flag in (XLA_DETERMINISTIC_OPS, XLA_NO_AUTOTUNING) if any(flag in p for p in pinned)] == [
+        XLA_DETERMINISTIC_OPS, XLA_NO_AUTOTUNING]  # the patched step varied; under each switch it did not
+    variants[1].distinct = 1
+    assert not [line for line in lines(made) if line.startswith("pinned by experiment")]
+    variants[1].distinct = 3
     recs = recommendations(RoundPlan(2, ops=("a",)), made, "/r/fix/patch.csv", Stop.NAMED_NOTHING)
-    assert [r.variant for r in recs] == [f"{PATCHED} + {flag}", GLOBAL]  # the user's test tries them in turn
+    # the user's test tries them in turn, cheapest first, at most three
+    assert [r.variant for r in recs] == [f"{PATCHED} + {flag}", GLOBAL, variants[3].name]
     rec = recs[0]
-    assert rec.env == {"XLA_FLAGS": XLA_DETERMINISTIC_OPS} and rec.patch == "/r/fix/patch.csv"
+    assert rec.env == {"XLA_FLAGS": XLA_NO_AUTOTUNING} and rec.patch == "/r/fix/patch.csv"
     assert rec.command("train.py", []) == f"{flag} opbisect run --patch /r/fix/patch.csv train.py"
     assert keep_lines(rec, "fit")[0] == (f'os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + '
-                                         f'" {XLA_DETERMINISTIC_OPS}"  # before XLA first compiles')
+                                         f'" {XLA_NO_AUTOTUNING}"  # before XLA first compiles')
     mine = {"XLA_FLAGS": "--xla_dump_to=/tmp/d", "HOME": "/h"}
-    assert with_xla_flags(mine, rec.env) == {"XLA_FLAGS": f"--xla_dump_to=/tmp/d {XLA_DETERMINISTIC_OPS}",
-                                             "HOME": "/h"}
+    assert with_xla_flags(mine, rec.env) == {"XLA_FLAGS": f"--xla_dump_to=/tmp/d {XLA_NO_AUTOTUNING}", "HOME": "/h"}
     assert with_xla_flags({"HOME": "/h"}, rec.env) == {"HOME": "/h", **rec.env} and mine["HOME"] == "/h"
+
+
+def test_a_variant_whose_step_skips_the_update_the_plain_step_makes_is_marked_and_its_time_not_taken_as_the_steps():
+    """BERT-base under mixed precision: under the global switch the step's gradients overflowed from verify's state
+    every run, the loss scale halved and no weight moved: reproducible, and cheap, since it skipped the update."""
+    import tensorflow as tf
+
+    from opbisect.execute.variants import measure
+    from opbisect.verify import _variant
+
+    weights, scale = tf.Variable([1.0, 2.0]), tf.Variable(32768.0)
+    variables = {"dense/kernel": weights, "loss_scale": scale}
+    start = {k: v.numpy() for k, v in variables.items()}
+
+    def restore():
+        for k, v in variables.items():
+            v.assign(start[k])
+
+    def step(finite):
+        if finite:
+            weights.assign_sub([0.5, 0.5])
+        else:
+            scale.assign(scale / 2)  # mixed precision's update skipped: only the scale moves
+        return weights + 0.0
+
+    plain = measure(lambda: step(True), (), restore, lambda out: repr(out.numpy()), variables, 3)
+    skipping = measure(lambda: step(False), (), restore, lambda out: repr(out.numpy()), variables, 3)
+    assert plain.unchanged == ["loss_scale"] and skipping.unchanged == ["dense/kernel"]
+    v = _variant(GLOBAL, "", skipping, plain)
+    assert v.reproducible and v.unlike_plain == ["dense/kernel", "loss_scale"]
+    assert _variant(PATCHED, "", plain, plain).unlike_plain == []  # the plain step against itself

@@ -27,6 +27,7 @@ class Measured:
     first: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # the first run's values, by name
     spread: float = 0.0  # the largest difference of a later run from the first
     error: str = ""
+    unchanged: list[str] = dataclasses.field(default_factory=list)  # variables the first run left as they were
 
     @property
     def distinct(self) -> int:
@@ -76,6 +77,10 @@ def ratio_interval(times: list[float], base: list[float], draws: int = 2000) -> 
     return round(float(low), 3), round(float(high), 3)
 
 
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
 def values_after(outputs, variables: dict) -> dict[str, np.ndarray]:
     """The step's outputs (`out:<i>`) and every variable (by key) as host arrays."""
     import tensorflow as tf
@@ -100,6 +105,7 @@ def measure(call: Callable, args: tuple, restore: Callable, fingerprint: Callabl
     out = Measured()
     try:
         restore()
+        start = {k: np.asarray(v.numpy()) for k, v in sorted(variables.items())}
         tf.nest.map_structure(lambda t: t, call(*args))  # warm-up: traces, compiles, autotunes
         tf.test.experimental.sync_devices()
         for _ in range(runs):
@@ -110,6 +116,7 @@ def measure(call: Callable, args: tuple, restore: Callable, fingerprint: Callabl
             values = values_after(outputs, variables)
             if not out.first:
                 out.first = values
+                out.unchanged = [k for k, v in start.items() if _same_bits(values[k], v)]
             else:
                 out.spread = max(out.spread, difference(out.first, values).max_abs_diff)
     except Exception as exc:  # noqa: BLE001 - a variant that cannot run is a finding, e.g. no deterministic kernel

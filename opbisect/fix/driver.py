@@ -6,8 +6,9 @@ round, a report per round, the stop decided in one function, fix/plan.py), endin
                            environment (family switches, PYTHONHASHSEED); its record read back
       plan.decide          the next round, or why the rounds end
       verify()             `opbisect verify --patch <patch.csv>` in a fresh process, where ops were patched
-      user_test(rec)       two fresh `opbisect run` of the script with the recommendation applied, side by side,
-                           through --check-steps steps, compared step by step
+      tried_in_turn(recs)  user_test(rec) on verify's reproducible variants, cheapest first, until one agrees:
+                           two fresh `opbisect run` of the script with it applied, side by side, through
+                           --check-steps steps, compared step by step
 
 Every child keeps the protocol of execute/children.py; each writes its record into the fix's staged folder.
 """
@@ -77,8 +78,7 @@ class FixDriver:
             test = self.user_test(rec)
             if test.agreed or k == len(recs) - 1:
                 return rec, test, refuted
-            self.say(f"  two fresh runs with {rec.variant} differ: the next, "
-                     f"{recs[k + 1].variant}")
+            self.say(f"  two fresh runs with {rec.variant} differ: the next, {recs[k + 1].variant}")
             refuted.append(Refuted(rec, test))
         return None, None, refuted
 

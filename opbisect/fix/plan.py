@@ -81,6 +81,9 @@ def decide(plan: RoundPlan, record: Record, max_rounds: int) -> Decision:
         where = (f"; two fresh processes differ after step {fresh.first_differing_step} from the same state and "
                  f"batches: `opbisect trace --processes 2` names the op that chooses differently per process"
                  if fresh and fresh.first_differing_step else "; see the round's report (its observer effect)")
+        if record.meta.jit_compile and record.meta.device.startswith("GPU"):
+            where += ("; XLA compiles this step, and a kernel XLA picks can vary where capture's taps change its "
+                      "picks: verify tries the patch under XLA's switches")
         return Decision(None, Stop.NAMED_NOTHING, f"{Stop.NAMED_NOTHING.value}{runs}{where}")
     if record.fresh and record.fresh.cause and not record.fresh.cause.found:
         return Decision(None, Stop.UNEXPLAINED, f"{Stop.UNEXPLAINED.value}: {listed(record.fresh.init)}")

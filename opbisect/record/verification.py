@@ -3,7 +3,7 @@
 Variants: `plain` (the step as written), `patched` (the report's sources replaced, opbisect.patches), `global
 switch` (enable_op_determinism, in a child process since it is process-wide), and each TensorFlow family switch
 that applies to the sources (an environment variable, in a child process); where XLA compiles the step on a GPU,
-XLA's own switch for the ops it compiles (XLA_FLAGS, in a child process), alone and with the patch; and the plain
+the patched step under each of XLA's switches for what it compiles (XLA_FLAGS, in a child process); and the plain
 step on the CPU, the numerical reference (in a child process). The recommendation, the cheapest
 variant whose runs all gave the same bits, is decided once (`decide`) and stored. A variant whose convolutions'
 cuDNN algorithms are autotuned (`autotuned`) gave the same bits within its own process only: TensorFlow picks the
@@ -19,7 +19,8 @@ import dataclasses
 from ..errors import EXIT_CLEAN, EXIT_FOUND
 
 VERIFY_VERSION = 5  # 2: each variant's timed steps and its ratio's interval; 3: `autotuned`, `steps`;
-# 4: each variant's configuration as data (`patched`, `switches`, `global_switch`); 5: `env` (XLA's own switch)
+# 4: each variant's configuration as data (`patched`, `switches`, `global_switch`); 5: `env` (XLA's own switch),
+# `unlike_plain`
 PLAIN, PATCHED, GLOBAL, CPU_REFERENCE = "plain", "patched", "global switch", "cpu reference"
 
 
@@ -49,6 +50,9 @@ class Variant:
     switches: list[str] = dataclasses.field(default_factory=list)
     global_switch: bool = False
     env: dict[str, str] = dataclasses.field(default_factory=dict)  # other environment it sets (XLA_FLAGS)
+    # variables one of its step and the plain step updated and the other left as they were (a skipped update: under
+    # mixed precision the loss scale found a non-finite gradient): then its time is not the same step's
+    unlike_plain: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def reproducible(self) -> bool:

@@ -60,7 +60,16 @@ def _row(x, width: int) -> str:
         agree += f", vs the CPU {x.cpu_abs_diff:.3g} ({x.cpu_ulp} ulp)"
     if not x.comparable:
         agree = ", not compared (started from other values)"
-    return f"  {x.name:<{width}} {same} in {x.runs} runs, {x.step_ms} ms a step ({cost(x)}){agree}"
+    return f"  {x.name:<{width}} {same} in {x.runs} runs, {x.step_ms} ms a step ({cost(x)}){agree}{_unlike(x)}"
+
+
+def _unlike(x) -> str:
+    """Where its step and the plain step updated different variables: one of them skipped an update."""
+    if not x.unlike_plain:
+        return ""
+    return (f"; NOT the plain step's update: {len(x.unlike_plain)} variable(s) changed in one and not the other "
+            f"({listed(x.unlike_plain, 3)}): a skipped update (a loss scale's non-finite gradient?), so its time "
+            f"is another step's")
 
 
 def _timing(v: Verification) -> str:
@@ -81,7 +90,7 @@ def lines(v: Verification, written: Path | None = None) -> list[str]:
     out += [f"no patch for source {op} (kind {kind}): fix it where the report's remedy says"
             for op, kind in v.not_ops.items()]
     width = max([44] + [len(x.name) for x in v.variants])  # the names in one column
-    out += [_row(x, width) for x in v.variants] + [_timing(v)]
+    out += [_row(x, width) for x in v.variants] + [_timing(v)] + _pinned(v)
     if v.plain_spread:
         out.append(f"the plain step's own run-to-run spread: max |diff| {v.plain_spread:.3g}")
     reference = next((x for x in v.variants if x.reference), None)
@@ -93,6 +102,17 @@ def lines(v: Verification, written: Path | None = None) -> list[str]:
     if written is not None:
         out.append(f"report: {written}")
     return [printable(line) for line in out]
+
+
+def _pinned(v: Verification) -> list[str]:
+    """Where the patched step varied and gave one result under one of XLA's switches: what varies is in what XLA
+    compiled, and which switch stopped it says what kind of choice it is."""
+    patched = v.variant(PATCHED)
+    if patched is None or patched.reproducible or patched.error:
+        return []
+    return [f"pinned by experiment: the patched step varies, and under {x.env['XLA_FLAGS']} it does not: what still "
+            f"varies is a choice XLA makes in what it compiled" for x in v.patched()
+            if x.env.get("XLA_FLAGS") and x.reproducible]
 
 
 def _recommendation(v: Verification) -> list[str]:
@@ -110,6 +130,10 @@ def _recommendation(v: Verification) -> list[str]:
         out.append(f"  passed over: {', '.join(v.in_one_process)}: the same bits in this process, but cuDNN "
                    f"autotuning picks their convolutions' algorithms by timing in each process, so another process "
                    f"may pick others (only op determinism takes the first that works)")
+    if best.unlike_plain:
+        out.append(f"  its step did not update what the plain step updates ({len(best.unlike_plain)} variable(s) "
+                   f"differ in being changed): its cost is another step's; the user's test says whether training "
+                   f"with it agrees")
     if best.autotuned:
         out.append("  its convolutions are autotuned: the same bits in this process; another process may pick other "
                    "cuDNN algorithms (check with `opbisect trace --processes`)")
