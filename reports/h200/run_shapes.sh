@@ -41,6 +41,8 @@
 #                                             # mixed on an H100): what XLA compiled, counted; then `opbisect fix`,
 #                                             # whose verify runs XLA's own switch (alone, under the patch)
 #   bash reports/h200/run_shapes.sh xlaflags  # the plain and patched step under each of XLA's flags in turn
+#   bash reports/h200/run_shapes.sh xlanext   # the next lease: which of XLA's autotuners picks the kernel that varies,
+#                                             # then `xla` (the fix with verify's XLA switches) in its final form
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh merged    # the candidates merged from the first round (the resize gradient's own op
 #                                             # in its stepped form, the channel sum, the tensor scatter): bits, rows
@@ -196,11 +198,18 @@ case $PHASE in
        OPBISECT_BERT=base fixed bert_like_fit_mixed 1100 ;;
   xlaflags) # which of XLA's choices the patched step still varies in (BERT-base mixed on an H100): the plain and
             # the patched step under each XLA_FLAGS in turn (10 runs, 10 timed steps), the first with none
-            for f in "" --xla_gpu_autotune_level=0 --xla_gpu_deterministic_ops=true; do
-              OPBISECT_BERT=base XLA_FLAGS="$f" run "verify${f:-_none}" 200 python3 -m opbisect verify \
+            # (XLA aborts on a flag it does not know: such a run fails in seconds and says so in its .txt)
+            # (the first compile on a fresh machine, autotuning included, took 180 s of the run without flags)
+            for f in "" ${XLA_FLAG_SET:---xla_gpu_autotune_level=0 --xla_gpu_deterministic_ops=true}; do
+              OPBISECT_BERT=base XLA_FLAGS="$f" run "verify${f:-_none}" 300 python3 -m opbisect verify \
                 examples/bert_like_fit_mixed.py --patch reports/h200/bert_like_fit_mixed/sources.csv --runs 10 \
                 --timing-runs 10 --no-switches --cpu-reference off --fingerprint wsum --out "/root/xfv$f"
             done ;;
+  xlanext) # the next lease's split of what autotuning-off fixed (lease18: one result with it, 7.0x): the fusion
+           # autotuner alone off, then autotuning at level 1 (no correctness checks)
+           XLA_FLAG_SET="--xla_gpu_experimental_enable_fusion_autotuner=false --xla_gpu_autotune_level=1" \
+             bash "$0" xlaflags
+           bash "$0" xla ;;
   lease18) build
            if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
            bash "$0" xla
