@@ -209,6 +209,8 @@ case $PHASE in
            # autotuner alone off, then autotuning at level 1 (no correctness checks)
            XLA_FLAG_SET="--xla_gpu_experimental_enable_fusion_autotuner=false --xla_gpu_autotune_level=1" \
              bash "$0" xlaflags
+           # does training under the global switch skip updates the plain step makes (verify's state: it did)?
+           OPBISECT_BERT=base run loss_scale_steps 400 python3 benchmarks/loss_scale_steps.py --steps 20
            bash "$0" xla ;;
   lease18) build
            if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
