@@ -733,3 +733,28 @@ def test_a_variant_whose_step_skips_the_update_the_plain_step_makes_is_marked_an
     v = _variant(GLOBAL, "", skipping, plain)
     assert v.reproducible and v.unlike_plain == ["dense/kernel", "loss_scale"]
     assert _variant(PATCHED, "", plain, plain).unlike_plain == []  # the plain step against itself
+
+
+@pytest.mark.e2e  # its children are fresh processes
+def test_the_patch_under_xlas_switches_runs_in_children_that_keep_the_users_xla_flags(tmp_path, monkeypatch):
+    """On a CPU XLA's switches are not offered (XLA compiles the step on a GPU only where they are); forced here, the
+    same children run: each under its flag added to the user's own, each its own variant, with its environment."""
+    from opbisect import verify as verifying
+    from opbisect.tfcompat import XLA_SWITCHES
+
+    log = tmp_path / "flags.txt"
+    script = write_script(tmp_path, "model_step", XLA_LOOP + f"\nimport os\nwith open({str(log)!r}, 'a') as f:\n"
+                                                            f"    f.write(os.environ.get('XLA_FLAGS', '') + '\\n')\n")
+    monkeypatch.setattr(verifying, "_xla_switched", lambda step: True)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=3")  # the user's own (the default)
+    code, variants, record = verify(script, tmp_path, patch="ResourceScatterAdd,UnsortedSegmentSum", runs=2,
+                                    timing_runs=0)
+    ran = {v["name"]: v for v in record["variants"]}
+    for flag in XLA_SWITCHES:
+        v = ran[f"{PATCHED} + XLA_FLAGS={flag}"]
+        assert (v["error"], v["patched"], v["env"], v["runs"]) == ("", True, {"XLA_FLAGS": flag}, 2)
+    children = [line.split() for line in log.read_text().splitlines()[1:]]  # the first line is this process's
+    # each switch last (XLA takes the last of a flag given twice), after the user's own flags, which stay first
+    assert [c[-1] for c in children if c[-1] in XLA_SWITCHES] == list(XLA_SWITCHES)
+    assert all(c[0] == "--xla_backend_optimization_level=3" for c in children)
+    assert code == 0 and record["recommendation"] in ran
