@@ -123,7 +123,8 @@ def test_a_source_a_seed_fixes_gets_the_seed_and_the_users_test_agrees(tmp_path)
     assert _fix(script, tmp_path / "r") == 0
     fix = json.loads((tmp_path / "r" / "noise-fix" / "fix.json").read_text())
     assert [(r["exit_code"], r["seed"]) for r in fix["rounds"]] == [(1, ""), (0, "7")]
-    assert fix["recommendation"] == {"variant": "seeded", "patch": "", "seed": "7", "env": {}, "ratio": None, "at": ""}
+    assert fix["recommendation"] == {"variant": "seeded", "patch": "", "seed": "7", "env": {}, "ratio": None, "at": "",
+                                     "unlike_plain": False}
     assert fix["test"]["agreed"] and fix["verify"] == ""
     assert not (tmp_path / "r" / "noise-fix" / "patch.csv").exists()  # nothing to patch: no patch file
 

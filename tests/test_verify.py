@@ -710,6 +710,8 @@ def test_a_variant_whose_step_skips_the_update_the_plain_step_makes_is_marked_an
     import tensorflow as tf
 
     from opbisect.execute.variants import measure
+    from opbisect.fix.plan import RoundPlan, _applying
+    from opbisect.report.fix_view import describe
     from opbisect.verify import _variant
 
     weights, scale = tf.Variable([1.0, 2.0]), tf.Variable(32768.0)
@@ -732,6 +734,8 @@ def test_a_variant_whose_step_skips_the_update_the_plain_step_makes_is_marked_an
     assert plain.unchanged == ["loss_scale"] and skipping.unchanged == ["dense/kernel"]
     v = _variant(GLOBAL, "", skipping, plain)
     assert v.reproducible and v.unlike_plain == ["dense/kernel", "loss_scale"]
+    rec = _applying(v, RoundPlan(2, ops=("a",)), "p.csv")  # what fix recommends from it says so
+    assert rec.unlike_plain and "skipped the plain step's update" in describe(rec)
     assert _variant(PATCHED, "", plain, plain).unlike_plain == []  # the plain step against itself
 
 

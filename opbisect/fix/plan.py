@@ -140,7 +140,7 @@ def _applying(chosen: Variant, plan: RoundPlan, patch_csv: str) -> Recommendatio
     if chosen.global_switch:
         env[GLOBAL_ENV] = "1"
     return Recommendation(variant=chosen.name, patch=patch_csv if chosen.patched else "", seed=plan.seed, env=env,
-                          ratio=chosen.ratio)
+                          ratio=chosen.ratio, unlike_plain=bool(chosen.unlike_plain))
 
 
 def keep_lines(rec: Recommendation, form: str) -> list[str]:

@@ -41,6 +41,7 @@ class Recommendation:
     seed: str = ""  # keras.utils.set_random_seed's seed, "" where none is needed
     env: dict[str, str] = dataclasses.field(default_factory=dict)  # set before Python starts
     ratio: float | None = None  # the step's cost against the plain step, by verify
+    unlike_plain: bool = False  # that ratio's step updated other variables than the plain step's (a skipped update)
     at: str = ""  # the training call the patch was made for (fix --at), "" for the first
 
     def command(self, script: str, args: list[str]) -> str:

@@ -57,7 +57,8 @@ def describe(rec: Recommendation) -> str:
         return "as written"
     parts = (["opbisect's patch"] if rec.patch else []) + [f"{k}={v}" for k, v in sorted(rec.env.items())]
     parts += [f"--seed {rec.seed}"] if rec.seed else []
-    cost = f" ({rec.ratio:.2f}x the plain step)" if rec.ratio is not None else ""
+    unlike = ", timed on a step that skipped the plain step's update" if rec.unlike_plain else ""
+    cost = f" ({rec.ratio:.2f}x the plain step{unlike})" if rec.ratio is not None else ""
     return "with " + ", ".join(parts) + cost
 
 
