@@ -110,9 +110,13 @@ def _pinned(v: Verification) -> list[str]:
     patched = v.variant(PATCHED)
     if patched is None or patched.reproducible or patched.error:
         return []
+    from ..tfcompat import XLA_DETERMINISTIC_OPS, XLA_NO_AUTOTUNING
+
+    what = {XLA_NO_AUTOTUNING: "a kernel XLA's autotuner picks (by timing, in each process)",
+            XLA_DETERMINISTIC_OPS: "an op XLA compiles in a form that varies (a scatter, a GEMM with atomics, ...)"}
     return [f"pinned by experiment: the patched step varies, and under {x.env['XLA_FLAGS']} it does not: what still "
-            f"varies is a choice XLA makes in what it compiled" for x in v.patched()
-            if x.env.get("XLA_FLAGS") and x.reproducible]
+            f"varies is {what.get(x.env['XLA_FLAGS'], 'a choice XLA makes in what it compiled')}"
+            for x in v.patched() if x.env.get("XLA_FLAGS") and x.reproducible]
 
 
 def _recommendation(v: Verification) -> list[str]:
