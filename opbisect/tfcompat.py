@@ -392,17 +392,6 @@ def parallel_xla_compilation(environ, tf_version: str | None) -> None:
     environ["XLA_FLAGS"] = f"{flags} {threads}={os.cpu_count() or 1} {split}=true".strip()
 
 
-# XLA's switches for the ops it compiles, each tried by verify under the patch where XLA compiles the step on a GPU.
-# Its own deterministic ops (its docs/determinism.md): scatters, GEMMs (cuBLAS without atomics), convolutions and
-# attention in deterministic forms, and compilation refused on select-and-scatter, which has none; a float scatter
-# whose indices XLA cannot prove unique becomes a loop. Its autotuning off: the kernels it would time and pick among
-# in each process (cuBLAS' algorithms, fusions' tilings), its defaults instead. TensorFlow's global switch sets XLA's
-# wider `--xla_gpu_deterministic_ops` with every TensorFlow op's own.
-XLA_DETERMINISTIC_OPS = "--xla_gpu_exclude_nondeterministic_ops=true"
-XLA_NO_AUTOTUNING = "--xla_gpu_autotune_level=0"
-XLA_SWITCHES = {XLA_DETERMINISTIC_OPS: "XLA's own deterministic ops", XLA_NO_AUTOTUNING: "XLA's autotuning off"}
-
-
 def with_xla_flags(base, env: dict) -> dict:
     """`base` (an environment) updated with `env`, where XLA_FLAGS in both is joined rather than replaced: the
     user's own XLA flags stay, and XLA takes the last of a flag given twice."""

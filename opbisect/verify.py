@@ -26,7 +26,7 @@ import numpy as np
 from .errors import InternalError, TargetError, UsageError
 from .execute.variants import Measured
 from .record import store
-from .record.verification import CPU_REFERENCE, GLOBAL, PATCHED, PLAIN, Variant, Verification, decide
+from .record.verification import CPU_REFERENCE, GLOBAL, PATCHED, PLAIN, XLA_SWITCHES, Variant, Verification, decide
 from .settings import VerifySettings
 
 _GLOBAL_HOW = "tf.config.experimental.enable_op_determinism(), in a fresh process"
@@ -250,10 +250,9 @@ def _child_runs(settings: VerifySettings, switches: tuple[list[str], list[str]],
             + [_ChildRun("patched", f"{PATCHED} + {n}=1", f"the patched step under {n}=1 (the ops with no rewrite), "
                          f"in a fresh process", {n: "1"}) for n in needed])
     if xla:
-        from .tfcompat import XLA_SWITCHES
-
         runs += [_ChildRun("patched", f"{PATCHED} + XLA_FLAGS={flag}", f"the patched step with {what} (XLA_FLAGS="
-                           f"{flag}), in a fresh process", {"XLA_FLAGS": flag}) for flag, what in XLA_SWITCHES.items()]
+                           f"{flag}), in a fresh process", {"XLA_FLAGS": flag})
+                 for flag, (what, _) in XLA_SWITCHES.items()]
     return runs
 
 

@@ -659,9 +659,9 @@ def test_a_step_xla_compiles_on_a_gpu_gets_the_patch_under_xlas_switches_and_fix
 
     from opbisect.execute.variants import Measured
     from opbisect.fix.plan import RoundPlan, Stop, keep_lines, recommendations
-    from opbisect.record.verification import Variant, Verification, decide
+    from opbisect.record.verification import XLA_DETERMINISTIC_OPS, XLA_NO_AUTOTUNING, Variant, Verification, decide
     from opbisect.report.verify_view import lines
-    from opbisect.tfcompat import XLA_DETERMINISTIC_OPS, XLA_NO_AUTOTUNING, with_xla_flags
+    from opbisect.tfcompat import with_xla_flags
     from opbisect.verify import _child_runs, _variant
 
     on = SimpleNamespace(switches=True)
@@ -744,7 +744,7 @@ def test_the_patch_under_xlas_switches_runs_in_children_that_keep_the_users_xla_
     """On a CPU XLA's switches are not offered (XLA compiles the step on a GPU only where they are); forced here, the
     same children run: each under its flag added to the user's own, each its own variant, with its environment."""
     from opbisect import verify as verifying
-    from opbisect.tfcompat import XLA_SWITCHES
+    from opbisect.record.verification import XLA_SWITCHES
 
     log = tmp_path / "flags.txt"
     script = write_script(tmp_path, "model_step", XLA_LOOP + f"\nimport os\nwith open({str(log)!r}, 'a') as f:\n"

@@ -23,6 +23,21 @@ VERIFY_VERSION = 5  # 2: each variant's timed steps and its ratio's interval; 3:
 # `unlike_plain`
 PLAIN, PATCHED, GLOBAL, CPU_REFERENCE = "plain", "patched", "global switch", "cpu reference"
 
+# XLA's switches for the ops it compiles, each tried by verify under the patch where XLA compiles the step on a GPU
+# (XLA_FLAGS). Its own deterministic ops (its docs/determinism.md): scatters, GEMMs (cuBLAS without atomics),
+# convolutions and attention in deterministic forms, and compilation refused on select-and-scatter, which has none;
+# a float scatter whose indices XLA cannot prove unique becomes a loop. Its autotuning off: its default kernels, where
+# it would time and pick among candidates in each process (cuBLAS' algorithms, fusions' tilings). TensorFlow's global
+# switch sets XLA's wider `--xla_gpu_deterministic_ops` with every TensorFlow op's own.
+XLA_DETERMINISTIC_OPS = "--xla_gpu_exclude_nondeterministic_ops=true"
+XLA_NO_AUTOTUNING = "--xla_gpu_autotune_level=0"
+# each switch: what it does, and what still varied where the patched step varies and it does not
+XLA_SWITCHES = {
+    XLA_DETERMINISTIC_OPS: ("XLA's own deterministic ops",
+                            "an op XLA compiles in a form that varies (a scatter, a GEMM with atomics, ...)"),
+    XLA_NO_AUTOTUNING: ("XLA's autotuning off", "a kernel XLA's autotuner picks (by timing, in each process)"),
+}
+
 
 @dataclasses.dataclass
 class Variant:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..record import store
-from ..record.verification import PATCHED, PLAIN, Verification
+from ..record.verification import PATCHED, PLAIN, XLA_SWITCHES, Verification
 from ..words import listed, printable
 
 RECORD = store.VERIFY_RECORD
@@ -110,12 +110,8 @@ def _pinned(v: Verification) -> list[str]:
     patched = v.variant(PATCHED)
     if patched is None or patched.reproducible or patched.error:
         return []
-    from ..tfcompat import XLA_DETERMINISTIC_OPS, XLA_NO_AUTOTUNING
-
-    what = {XLA_NO_AUTOTUNING: "a kernel XLA's autotuner picks (by timing, in each process)",
-            XLA_DETERMINISTIC_OPS: "an op XLA compiles in a form that varies (a scatter, a GEMM with atomics, ...)"}
     return [f"pinned by experiment: the patched step varies, and under {x.env['XLA_FLAGS']} it does not: what still "
-            f"varies is {what.get(x.env['XLA_FLAGS'], 'a choice XLA makes in what it compiled')}"
+            f"varies is {XLA_SWITCHES.get(x.env['XLA_FLAGS'], ('', 'a choice XLA makes in what it compiled'))[1]}"
             for x in v.patched() if x.env.get("XLA_FLAGS") and x.reproducible]
 
 
