@@ -224,6 +224,13 @@ def test_a_variant_two_fresh_runs_refute_gives_way_to_the_next_and_the_answer_sa
     monkeypatch.setattr(driver, "user_test", test)
     rec, got, refuted = driver.tried_in_turn(recs)
     assert (rec, got.agreed, len(tested), len(refuted)) == (recs[1], False, 2, 1)
+
+    def parting_later(rec):  # the runs part in a training call the fix did not analyse: its fix is the next step
+        return UserTest(command="c", steps=10, ran=[10, 10], agreed=False, first_apart=9, apart=["head/kernel"],
+                        calls=["fit:1", "fit:2"], apart_call="fit:2")
+    monkeypatch.setattr(driver, "user_test", parting_later)
+    rec, got, refuted = driver.tried_in_turn(recs)
+    assert (rec, got.apart_call, refuted) == (recs[0], "fit:2", [])
     assert driver.tried_in_turn([]) == (None, None, [])
 
 

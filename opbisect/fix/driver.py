@@ -72,11 +72,12 @@ class FixDriver:
 
     def tried_in_turn(self, recs: list[Recommendation]) -> tuple[Recommendation | None, UserTest | None, list]:
         """The user's test on each recommendation in turn until two fresh runs agree: (the one it ends on, its test,
-        those refuted before it). Where every one is refuted, it ends on the last."""
+        those refuted before it). Where every one is refuted, it ends on the last. Where the runs part in a training
+        call this fix did not analyse, it ends there: the fix of that call is the next step, not a wider switch."""
         refuted = []
         for k, rec in enumerate(recs):
             test = self.user_test(rec)
-            if test.agreed or k == len(recs) - 1:
+            if test.agreed or test.parts_elsewhere() or k == len(recs) - 1:
                 return rec, test, refuted
             self.say(f"  two fresh runs with {rec.variant} differ: the next, {recs[k + 1].variant}")
             refuted.append(Refuted(rec, test))
