@@ -140,11 +140,11 @@ def _variant(name: str, how: str, measured, plain=None, comparable: bool = True,
         v.ratio = round(v.step_ms / plain.step_ms, 3)
         if measured is not plain:
             v.ratio_low, v.ratio_high = ratio_interval(measured.samples, plain.samples) or (None, None)
-    if plain is not None and comparable and measured is not plain and measured.first and plain.first:
-        v.unlike_plain = sorted(set(measured.unchanged) ^ set(plain.unchanged))
     if plain is not None and comparable and measured.first and plain.first:
         m = difference(plain.first, measured.first)
         v.max_abs_diff, v.max_ulp = m.max_abs_diff, int(min(m.max_ulp_diff, 2 ** 62))
+        if measured is not plain:
+            v.unlike_plain = sorted(set(measured.unchanged) ^ set(plain.unchanged))
     return v
 
 
@@ -203,8 +203,8 @@ def _switches(step: _Step, choice) -> tuple[list[str], list[str]]:
 
 
 def _xla_switched(step: _Step) -> bool:
-    """Whether XLA's own switch applies: XLA compiles the step on a GPU, with a TensorFlow whose XLA was checked to
-    know the flag (XLA aborts on one it does not)."""
+    """Whether XLA's switches apply: XLA compiles the step on a GPU, with a TensorFlow whose XLA was checked to know
+    their flags (XLA aborts on one it does not: TF 2.16's did)."""
     from . import tfcompat
 
     return (bool(step.trace.jit_compile) and step.kind == "gpu"

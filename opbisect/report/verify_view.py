@@ -111,8 +111,8 @@ def _pinned(v: Verification) -> list[str]:
     if patched is None or patched.reproducible or patched.error:
         return []
     return [f"pinned by experiment: the patched step varies, and under {x.env['XLA_FLAGS']} it does not: what still "
-            f"varies is {XLA_SWITCHES.get(x.env['XLA_FLAGS'], ('', 'a choice XLA makes in what it compiled'))[1]}"
-            for x in v.patched() if x.env.get("XLA_FLAGS") and x.reproducible]
+            f"varies is {XLA_SWITCHES[x.env['XLA_FLAGS']][1]}" for x in v.patched()
+            if x.env.get("XLA_FLAGS") in XLA_SWITCHES and x.reproducible]
 
 
 def _recommendation(v: Verification) -> list[str]:
