@@ -44,6 +44,8 @@
 #   bash reports/h200/run_shapes.sh xlanext   # the next lease: which of XLA's autotuners picks the kernel that varies,
 #                                             # then `xla` (the fix with verify's XLA switches) in its final form
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
+#   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
+#                                             # in its final form; then main's segment rows, and loss_scale_steps
 #   bash reports/h200/run_shapes.sh merged    # the candidates merged from the first round (the resize gradient's own op
 #                                             # in its stepped form, the channel sum, the tensor scatter): bits, rows
 #   bash reports/h200/run_shapes.sh lease15b  # on an H200 leanonly; then merged
@@ -218,6 +220,12 @@ case $PHASE in
            # main's segment and scatter rows after round three (the block sort, AddRuns at two blocks an SM)
            run segments_main 400 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
              "$R/segments_main.json" --ops UnsortedSegmentSum,SegmentSum,ResourceScatterAdd --shapes "$SEGMENT_ROWS" ;;
+  lease19) build
+           if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500
+           else OPBISECT_BERT=base fixed bert_like_fit_mixed 900; fi  # verify's XLA variants, the user's test in turn
+           run segments_main 400 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
+             "$R/segments_main.json" --ops UnsortedSegmentSum,SegmentSum,ResourceScatterAdd --shapes "$SEGMENT_ROWS"
+           OPBISECT_BERT=base run loss_scale_steps 300 python3 benchmarks/loss_scale_steps.py --steps 20 ;;
   merged) build
           run check_dense 300 python3 benchmarks/check_dense.py
           run sweep_merged 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch \
