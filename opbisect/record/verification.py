@@ -24,18 +24,23 @@ VERIFY_VERSION = 5  # 2: each variant's timed steps and its ratio's interval; 3:
 PLAIN, PATCHED, GLOBAL, CPU_REFERENCE = "plain", "patched", "global switch", "cpu reference"
 
 # XLA's switches for the ops it compiles, each tried by verify under the patch where XLA compiles the step on a GPU
-# (XLA_FLAGS). Its own deterministic ops (its docs/determinism.md): scatters, GEMMs (cuBLAS without atomics),
-# convolutions and attention in deterministic forms, and compilation refused on select-and-scatter, which has none;
-# a float scatter whose indices XLA cannot prove unique becomes a loop. Its autotuning off: its default kernels, where
-# it would time and pick among candidates in each process (cuBLAS' algorithms, fusions' tilings). TensorFlow's global
-# switch sets XLA's wider `--xla_gpu_deterministic_ops` with every TensorFlow op's own.
-XLA_DETERMINISTIC_OPS = "--xla_gpu_exclude_nondeterministic_ops=true"
+# (XLA_FLAGS), narrowest first. Its fusion autotuner off: fusions keep XLA's default tiling, where it would time
+# candidates and keep the fastest (on an H100 the patched BERT-base mixed step gave 2 results in 10 without it and one
+# with it, twice, at the patch's own 1.07x: reports/h100/shapes/README.md#lease19). Its autotuning off: its default
+# kernels everywhere (cuBLAS' algorithms too), at 7x there. Its own deterministic ops (its docs/determinism.md):
+# scatters, GEMMs (cuBLAS without atomics), convolutions and attention in deterministic forms, and compilation refused
+# on select-and-scatter, which has none; a float scatter whose indices XLA cannot prove unique becomes a loop (35x).
+# TensorFlow's global switch sets XLA's wider `--xla_gpu_deterministic_ops` with every TensorFlow op's own.
+XLA_NO_FUSION_AUTOTUNING = "--xla_gpu_experimental_enable_fusion_autotuner=false"
 XLA_NO_AUTOTUNING = "--xla_gpu_autotune_level=0"
+XLA_DETERMINISTIC_OPS = "--xla_gpu_exclude_nondeterministic_ops=true"
 # each switch: what it does, and what still varied where the patched step varies and it does not
 XLA_SWITCHES = {
+    XLA_NO_FUSION_AUTOTUNING: ("XLA's fusion autotuner off",
+                               "a fusion's form XLA's fusion autotuner picks (by timing, in each process)"),
+    XLA_NO_AUTOTUNING: ("XLA's autotuning off", "a kernel XLA's autotuner picks (by timing, in each process)"),
     XLA_DETERMINISTIC_OPS: ("XLA's own deterministic ops",
                             "an op XLA compiles in a form that varies (a scatter, a GEMM with atomics, ...)"),
-    XLA_NO_AUTOTUNING: ("XLA's autotuning off", "a kernel XLA's autotuner picks (by timing, in each process)"),
 }
 
 
