@@ -41,8 +41,9 @@
 #                                             # mixed on an H100): what XLA compiled, counted; then `opbisect fix`,
 #                                             # whose verify runs XLA's own switch (alone, under the patch)
 #   bash reports/h200/run_shapes.sh xlaflags  # the plain and patched step under each of XLA's flags in turn
-#   bash reports/h200/run_shapes.sh xlanext   # the next lease: which of XLA's autotuners picks the kernel that varies,
-#                                             # then `xla` (the fix with verify's XLA switches) in its final form
+#   bash reports/h200/run_shapes.sh lease20   # the next lease: on an H200 leanonly and BERT-base mixed's verify; on
+#                                             # another card the fix with the fusion autotuner's switch in verify (two
+#                                             # fresh runs under it: the user's test), then the resize rows
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
 #                                             # in its final form; then main's segment rows, and loss_scale_steps
@@ -207,13 +208,11 @@ case $PHASE in
                 examples/bert_like_fit_mixed.py --patch reports/h200/bert_like_fit_mixed/sources.csv --runs 10 \
                 --timing-runs 10 --no-switches --cpu-reference off --fingerprint wsum --out "/root/xfv$f"
             done ;;
-  xlanext) # the next lease's split of what autotuning-off fixed (lease18: one result with it, 7.0x): the fusion
-           # autotuner alone off, then autotuning at level 1 (no correctness checks)
-           XLA_FLAG_SET="--xla_gpu_experimental_enable_fusion_autotuner=false --xla_gpu_autotune_level=1" \
-             bash "$0" xlaflags
-           # does training under the global switch skip updates the plain step makes (verify's state: it did)?
-           OPBISECT_BERT=base run loss_scale_steps 400 python3 benchmarks/loss_scale_steps.py --steps 20
-           bash "$0" xla ;;
+  lease20) build
+           if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500
+           else OPBISECT_BERT=base fixed bert_like_fit_mixed 900; fi
+           run resize_main 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
+             "$R/resize_main.json" --ops ResizeBilinearGrad --shapes '112 -> 56, 64 channels;224 -> 112, 3 channels' ;;
   lease18) build
            if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
            bash "$0" xla
