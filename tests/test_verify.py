@@ -705,7 +705,7 @@ def test_a_step_xla_compiles_on_a_gpu_gets_the_patch_under_xlas_switches_and_fix
     assert [r.variant for r in recs] == [f"{PATCHED} + {flag}", GLOBAL, variants[4].name]
     rec = recs[0]
     assert rec.env == {"XLA_FLAGS": XLA_NO_FUSION_AUTOTUNING} and rec.patch == "/r/fix/patch.csv"
-    assert rec.command("train.py", []) == f"{flag} opbisect run --patch /r/fix/patch.csv train.py"
+    assert rec.command("train.py", []).endswith(" opbisect run --patch /r/fix/patch.csv train.py")
     assert keep_lines(rec, "fit")[0] == (f'os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + '
                                          f'" {XLA_NO_FUSION_AUTOTUNING}"  # before XLA first compiles')
     mine = {"XLA_FLAGS": "--xla_dump_to=/tmp/d", "HOME": "/h"}
@@ -788,3 +788,30 @@ def test_xlas_switches_are_offered_only_where_xla_compiles_on_a_gpu_and_knows_th
     step = SimpleNamespace(trace=SimpleNamespace(jit_compile=jit), kind=kind,
                            prepared=SimpleNamespace(tf=SimpleNamespace(__version__=version)))
     assert _xla_switched(step) == offered
+
+
+@pytest.mark.parametrize("mine", ["--xla_dump_to=/tmp/d --xla_backend_optimization_level=3", None])
+def test_the_printed_run_command_keeps_the_users_own_xla_flags_as_the_users_test_did(tmp_path, mine):
+    """The command fix prints runs the configuration its user's test ran: XLA's switch after the user's own XLA_FLAGS
+    (a command that set XLA_FLAGS to the switch alone would drop them). Run by a shell, with `opbisect` a stand-in
+    that prints what it got."""
+    import os
+    import subprocess
+
+    from opbisect.record.fixing import Recommendation
+    from opbisect.record.verification import XLA_NO_FUSION_AUTOTUNING
+    from opbisect.tfcompat import with_xla_flags
+
+    fake = tmp_path / "opbisect"
+    fake.write_text('#!/bin/sh\nprintf "%s|%s|%s" "$XLA_FLAGS" "$TF_DETERMINISTIC_OPS" "$*"\n')
+    fake.chmod(0o755)
+    user = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    user = {**user, "PATH": f"{tmp_path}:{os.environ['PATH']}", **({"XLA_FLAGS": mine} if mine else {})}
+    for env in ({"XLA_FLAGS": XLA_NO_FUSION_AUTOTUNING}, {"TF_DETERMINISTIC_OPS": "1"},
+                {"XLA_FLAGS": "--xla_dump_to='/tmp/a b' $(false)"}):  # a value the shell must not read
+        rec = Recommendation("v", patch="/r/fix/patch.csv", env=env)
+        got = subprocess.run(["bash", "-c", rec.command("my train.py", ["--epochs", "2"])], env=user,
+                             capture_output=True, text=True, check=True).stdout
+        tested = with_xla_flags(user, env)
+        assert got.split("|") == [tested.get("XLA_FLAGS", ""), tested.get("TF_DETERMINISTIC_OPS", ""),
+                                  "run --patch /r/fix/patch.csv my train.py -- --epochs 2"]

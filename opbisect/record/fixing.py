@@ -6,6 +6,7 @@ runs of the script with the recommendation applied. Plain dataclasses; the decis
 from __future__ import annotations
 
 import dataclasses
+import re
 import shlex
 
 from ..errors import EXIT_CLEAN, EXIT_FOUND
@@ -55,7 +56,22 @@ def run_command(script: str, args, flags: dict, env: dict | None = None) -> str:
     ({"--patch": csv, "--steps": 10, ...}, in that order; an empty one left out)."""
     given = [str(part) for flag, value in flags.items() if value for part in (flag, value)]
     tail = ["--", *args] if args else []
-    return shlex.join([*(f"{k}={v}" for k, v in sorted((env or {}).items())), "opbisect", "run", *given, script, *tail])
+    return " ".join([*(_assignment(k, v) for k, v in sorted((env or {}).items())),
+                     shlex.join(["opbisect", "run", *given, script, *tail])])
+
+
+_APPENDED = "XLA_FLAGS"  # the user's own flags stay, ours after them, as the user's test ran (tfcompat.with_xla_flags)
+
+
+def _assignment(name: str, value: str) -> str:
+    """NAME=value for a shell (the name unquoted: a quoted NAME=value is a command's name); XLA_FLAGS as the shell's
+    own value, where it has one, with `value` after it."""
+    if name != _APPENDED:
+        return f"{name}={shlex.quote(value)}"
+    users = f"${{{name}:+${name} }}"  # the user's flags and a space, where they have any
+    if re.fullmatch(r"[\w\-=.,:/+ ]+", value):  # XLA's --name=value flags: nothing a shell reads in double quotes
+        return f'{name}="{users}{value}"'
+    return f'{name}="{users}"{shlex.quote(value)}'
 
 
 @dataclasses.dataclass
