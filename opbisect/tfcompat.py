@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 
+from .record.verification import XLA_FLAGS
+
 
 def op_determinism_enabled() -> bool:
     from tensorflow.python.framework.config import is_op_determinism_enabled
@@ -396,8 +398,8 @@ def with_xla_flags(base, env: dict) -> dict:
     """`base` (an environment) updated with `env`, where XLA_FLAGS in both is joined rather than replaced: the
     user's own XLA flags stay, and XLA takes the last of a flag given twice."""
     merged = {**base, **env}
-    if base.get("XLA_FLAGS") and env.get("XLA_FLAGS"):
-        merged["XLA_FLAGS"] = f"{base['XLA_FLAGS']} {env['XLA_FLAGS']}"
+    if base.get(XLA_FLAGS) and env.get(XLA_FLAGS):
+        merged[XLA_FLAGS] = f"{base[XLA_FLAGS]} {env[XLA_FLAGS]}"
     return merged
 
 

@@ -26,7 +26,17 @@ import numpy as np
 from .errors import InternalError, TargetError, UsageError
 from .execute.variants import Measured
 from .record import store
-from .record.verification import CPU_REFERENCE, GLOBAL, PATCHED, PLAIN, XLA_SWITCHES, Variant, Verification, decide
+from .record.verification import (
+    CPU_REFERENCE,
+    GLOBAL,
+    PATCHED,
+    PLAIN,
+    XLA_FLAGS,
+    XLA_SWITCHES,
+    Variant,
+    Verification,
+    decide,
+)
 from .settings import VerifySettings
 
 _GLOBAL_HOW = "tf.config.experimental.enable_op_determinism(), in a fresh process"
@@ -251,7 +261,7 @@ def _child_runs(settings: VerifySettings, switches: tuple[list[str], list[str]],
                          f"in a fresh process", {n: "1"}) for n in needed])
     if xla:
         runs += [_ChildRun("patched", f"{PATCHED} + XLA_FLAGS={flag}", f"the patched step with {what} (XLA_FLAGS="
-                           f"{flag}), in a fresh process", {"XLA_FLAGS": flag})
+                           f"{flag}), in a fresh process", {XLA_FLAGS: flag})
                  for flag, (what, _) in XLA_SWITCHES.items()]
     return runs
 

@@ -17,7 +17,7 @@ from ..ir.randomness import SEED, SEEDED_BY_KERAS
 from ..patches.registry import has_rewrite, switch_of
 from ..record.fixing import AS_WRITTEN, SEEDED, Recommendation
 from ..record.model import Record, Source
-from ..record.verification import Variant, Verification, ranked
+from ..record.verification import XLA_FLAGS, Variant, Verification, ranked
 from ..words import listed
 
 GLOBAL_ENV = "TF_DETERMINISTIC_OPS"  # enable_op_determinism, from the environment: what `opbisect run` can set
@@ -152,8 +152,8 @@ def keep_lines(rec: Recommendation, form: str) -> list[str]:
                          f"the set in sorted order)")
         elif name == GLOBAL_ENV:
             lines.append("tf.config.experimental.enable_op_determinism()  # before the model is built")
-        elif name == "XLA_FLAGS":  # added to the user's own XLA flags, not in their place
-            lines.append(f'os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " {value}"  # before XLA '
+        elif name == XLA_FLAGS:  # added to the user's own XLA flags, not in their place
+            lines.append(f'os.environ["{name}"] = os.environ.get("{name}", "") + " {value}"  # before XLA '
                          f'first compiles')
         else:
             lines.append(f'os.environ["{name}"] = "{value}"  # before TensorFlow is imported')

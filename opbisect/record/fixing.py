@@ -11,6 +11,7 @@ import shlex
 
 from ..errors import EXIT_CLEAN, EXIT_FOUND
 from .model import UserTest  # noqa: F401  (a fix's record holds it; trace's does too)
+from .verification import XLA_FLAGS
 
 FIX_VERSION = 3  # 2: the user's test, the recommendation as data, each round's seed and environment; 3: `refuted`
 AS_WRITTEN = "as written"  # the recommendation where the script was reproducible before any change
@@ -60,13 +61,10 @@ def run_command(script: str, args, flags: dict, env: dict | None = None) -> str:
                      shlex.join(["opbisect", "run", *given, script, *tail])])
 
 
-_APPENDED = "XLA_FLAGS"  # the user's own flags stay, ours after them, as the user's test ran (tfcompat.with_xla_flags)
-
-
 def _assignment(name: str, value: str) -> str:
     """NAME=value for a shell (the name unquoted: a quoted NAME=value is a command's name); XLA_FLAGS as the shell's
     own value, where it has one, with `value` after it."""
-    if name != _APPENDED:
+    if name != XLA_FLAGS:
         return f"{name}={shlex.quote(value)}"
     users = f"${{{name}:+${name} }}"  # the user's flags and a space, where they have any
     if re.fullmatch(r"[\w\-=.,:/+ ]+", value):  # XLA's --name=value flags: nothing a shell reads in double quotes

@@ -31,6 +31,9 @@ PLAIN, PATCHED, GLOBAL, CPU_REFERENCE = "plain", "patched", "global switch", "cp
 # scatters, GEMMs (cuBLAS without atomics), convolutions and attention in deterministic forms, and compilation refused
 # on select-and-scatter, which has none; a float scatter whose indices XLA cannot prove unique becomes a loop (35x).
 # TensorFlow's global switch sets XLA's wider `--xla_gpu_deterministic_ops` with every TensorFlow op's own.
+XLA_FLAGS = "XLA_FLAGS"  # where the switches go: after the user's own flags, never in their place (XLA takes the
+# last of a flag given twice): in verify's children and the user's test (tfcompat.with_xla_flags), the printed
+# command (record/fixing.run_command) and the lines to keep (fix/plan.keep_lines)
 XLA_NO_FUSION_AUTOTUNING = "--xla_gpu_experimental_enable_fusion_autotuner=false"
 XLA_NO_AUTOTUNING = "--xla_gpu_autotune_level=0"
 XLA_DETERMINISTIC_OPS = "--xla_gpu_exclude_nondeterministic_ops=true"

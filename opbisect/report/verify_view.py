@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..record import store
-from ..record.verification import PATCHED, PLAIN, XLA_SWITCHES, Verification
+from ..record.verification import PATCHED, PLAIN, XLA_FLAGS, XLA_SWITCHES, Verification
 from ..words import listed, printable
 
 RECORD = store.VERIFY_RECORD
@@ -110,9 +110,9 @@ def _pinned(v: Verification) -> list[str]:
     patched = v.variant(PATCHED)
     if patched is None or patched.reproducible or patched.error:
         return []
-    return [f"pinned by experiment: the patched step varies, and under {x.env['XLA_FLAGS']} it does not: what still "
-            f"varies is {XLA_SWITCHES[x.env['XLA_FLAGS']][1]}" for x in v.patched()
-            if x.env.get("XLA_FLAGS") in XLA_SWITCHES and x.reproducible]
+    return [f"pinned by experiment: the patched step varies, and under {x.env[XLA_FLAGS]} it does not: what still "
+            f"varies is {XLA_SWITCHES[x.env[XLA_FLAGS]][1]}" for x in v.patched()
+            if x.env.get(XLA_FLAGS) in XLA_SWITCHES and x.reproducible]
 
 
 def _recommendation(v: Verification) -> list[str]:
