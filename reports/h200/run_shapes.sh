@@ -67,6 +67,14 @@ SWEPT_AGAIN=BiasAddGrad,UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,TensorS
 SEGMENT_ROWS='embedding 8k x 256, 8k tokens;BERT word embedding;64k rows x 1k into 32k;32k x 512 table, 8k updates;32k x 512 tensor, 8k updates'
 CANDIDATE_OPS=${CANDIDATE_OPS:-UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad}
 CANDIDATE_SHAPES=${CANDIDATE_SHAPES:-$SEGMENT_ROWS;112 -> 56, 64 channels;224 -> 112, 3 channels}
+on_h200() { grep -q H200 "$R/gpu.txt"; }
+segments_main() {  # main's segment and scatter rows, each patch against the plain op
+  run segments_main 400 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
+    "$R/segments_main.json" --ops UnsortedSegmentSum,SegmentSum,ResourceScatterAdd --shapes "$SEGMENT_ROWS"
+}
+h200_goals() {  # issue 42's goals that name the H200: the lean capture twice, BERT-base mixed's verify
+  bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500
+}
 case $PHASE in
   kernels) build
            run check_dense 200 python3 benchmarks/check_dense.py ;;
@@ -163,17 +171,17 @@ case $PHASE in
   lease14) # one lease, most wanted first: the NCHW kernel (new), on an H200 the capture goal twice and BERT-base
            # mixed, then the sweep's last three op types (rows with no reason yet), then the AddRuns candidate
            bash "$0" nchw
-           if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
+           if on_h200; then h200_goals; fi
            bash "$0" sweeprest
            if [ -d branch-candidates ]; then bash "$0" candidates; fi ;;
   lease15) # the two goals only an H200 can answer first (a lease may end early), then the branch's candidates
            build
-           if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
+           if on_h200; then h200_goals; fi
            if [ -d branch-candidates ]; then bash "$0" candidates; fi ;;
   lease16b) # on an H200 the two goals it alone can answer; then round three of the candidates (the ids' sort in one
             # block up to 8,192 ids, AddRuns at two blocks a multiprocessor): the segment sums' and scatters' rows only
             build
-            if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
+            if on_h200; then h200_goals; fi
             if [ -d branch-candidates ]; then
               CANDIDATE_OPS=UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,TensorScatterAdd \
                 CANDIDATE_SHAPES="$SEGMENT_ROWS" bash "$0" candidates
@@ -185,7 +193,7 @@ case $PHASE in
            # resize gradient one axis at a time, the segment sum's scatter into zeros not reading them) against main
            # over the segment, scatter and resize rows, twice; then main's and the branch's rows over 1.05x profiled
            build
-           if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
+           if on_h200; then h200_goals; fi
            [ -d branch-candidates ] && bash "$0" candidates
            for tree in main candidates; do
              run "profile_$tree" 300 bash -c "cd $([ $tree = main ] && echo . || echo branch-candidates) && python3 \
@@ -209,21 +217,19 @@ case $PHASE in
                 --timing-runs 10 --no-switches --cpu-reference off --fingerprint wsum --out "/root/xfv$f"
             done ;;
   lease20) build
-           if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500
+           if on_h200; then h200_goals
            else OPBISECT_BERT=base fixed bert_like_fit_mixed 900; fi
            run resize_main 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
              "$R/resize_main.json" --ops ResizeBilinearGrad --shapes '112 -> 56, 64 channels;224 -> 112, 3 channels' ;;
   lease18) build
-           if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500; fi
+           if on_h200; then h200_goals; fi
            bash "$0" xla
            # main's segment and scatter rows after round three (the block sort, AddRuns at two blocks an SM)
-           run segments_main 400 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
-             "$R/segments_main.json" --ops UnsortedSegmentSum,SegmentSum,ResourceScatterAdd --shapes "$SEGMENT_ROWS" ;;
+           segments_main ;;
   lease19) build
-           if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; OPBISECT_BERT=base verify bert_like_fit_mixed 500
+           if on_h200; then h200_goals
            else OPBISECT_BERT=base fixed bert_like_fit_mixed 900; fi  # verify's XLA variants, the user's test in turn
-           run segments_main 400 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
-             "$R/segments_main.json" --ops UnsortedSegmentSum,SegmentSum,ResourceScatterAdd --shapes "$SEGMENT_ROWS"
+           segments_main
            OPBISECT_BERT=base run loss_scale_steps 300 python3 benchmarks/loss_scale_steps.py --steps 20 ;;
   merged) build
           run check_dense 300 python3 benchmarks/check_dense.py
@@ -231,7 +237,7 @@ case $PHASE in
             --json "$R/sweep_merged.json" --ops ResizeBilinearGrad,BiasAddGrad,TensorScatterAdd \
             --shapes '112 -> 56, 64 channels;224 -> 112, 3 channels;ResNet stage 1, NCHW;32k x 512 tensor, 8k updates' ;;
   lease15b) build
-            if grep -q H200 "$R/gpu.txt"; then bash "$0" leanonly; fi
+            if on_h200; then bash "$0" leanonly; fi
             bash "$0" merged ;;
   leansweep) build
              for n in 1 2; do
@@ -241,5 +247,5 @@ case $PHASE in
              run sweep 560 python3 benchmarks/patch_sweep.py --device gpu --ops "$SWEPT_AGAIN" --profile-over 1.05 \
                --json "$R/sweep.json" --plot "$R/sweep.png"
              # the H200's patch holds on an H200 only (an H100 gave 3 results in 10 with it: ../../h100/shapes)
-             if grep -q H200 "$R/gpu.txt"; then OPBISECT_BERT=base verify bert_like_fit_mixed 400; fi ;;
+             if on_h200; then OPBISECT_BERT=base verify bert_like_fit_mixed 400; fi ;;
 esac
