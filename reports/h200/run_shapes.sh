@@ -43,7 +43,10 @@
 #   bash reports/h200/run_shapes.sh xlaflags  # the plain and patched step under each of XLA's flags in turn
 #   bash reports/h200/run_shapes.sh lease20   # the next lease: on an H200 leanonly and BERT-base mixed's verify; on
 #                                             # another card the fix with the fusion autotuner's switch in verify (two
-#                                             # fresh runs under it: the user's test), then the resize rows
+#                                             # fresh runs under it: the user's test)
+#   bash reports/h200/run_shapes.sh lease20b  # on an H200 leanonly and BERT-base mixed's verify; else usertest: two
+#                                             # fresh runs of the patch with and without the fusion autotuner's switch
+#   bash reports/h200/run_shapes.sh resize    # main's resize rows, the patch against the plain op
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
 #                                             # in its final form; then main's segment rows, and loss_scale_steps
@@ -67,6 +70,9 @@ SWEPT_AGAIN=BiasAddGrad,UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,TensorS
 SEGMENT_ROWS='embedding 8k x 256, 8k tokens;BERT word embedding;64k rows x 1k into 32k;32k x 512 table, 8k updates;32k x 512 tensor, 8k updates'
 CANDIDATE_OPS=${CANDIDATE_OPS:-UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad}
 CANDIDATE_SHAPES=${CANDIDATE_SHAPES:-$SEGMENT_ROWS;112 -> 56, 64 channels;224 -> 112, 3 channels}
+MIXED_PATCH=reports/h100/shapes/lease19/bert_like_fit_mixed-fix/patch.csv  # the H200's two segment sums
+FIRST_APART='import sys; from opbisect.record import store; from opbisect.execute.digest import first_apart
+a, b = ([p.initial, *p.after] for p in map(store.load_probe, sys.argv[1:])); print(len(b), "steps; apart:", first_apart(a, b))'
 on_h200() { grep -q H200 "$R/gpu.txt"; }
 segments_main() {  # main's segment and scatter rows, each patch against the plain op
   run segments_main 400 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
@@ -218,9 +224,21 @@ case $PHASE in
             done ;;
   lease20) build
            if on_h200; then h200_goals
-           else OPBISECT_BERT=base fixed bert_like_fit_mixed 900; fi
-           run resize_main 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
-             "$R/resize_main.json" --ops ResizeBilinearGrad --shapes '112 -> 56, 64 channels;224 -> 112, 3 channels' ;;
+           else OPBISECT_BERT=base fixed bert_like_fit_mixed 900; fi ;;
+  usertest) build  # the user's test by hand (fix's, for the model/data form): two fresh probes of 10 steps, the patch
+                   # alone and under the fusion autotuner's switch
+            for flags in --xla_gpu_experimental_enable_fusion_autotuner=false ""; do
+              tag=patch${flags:+_fusion_off}
+              for n in 1 2; do
+                XLA_FLAGS=$flags OPBISECT_BERT=base run "${tag}_$n" 240 python3 -m opbisect trace --patch "$MIXED_PATCH" \
+                  --steps 10 --probe "$R/${tag}_$n.json" --no-fresh-check --no-progress --out "$R/${tag}_$n" \
+                  examples/bert_like_fit_mixed.py
+              done
+              run "${tag}_apart" 30 python3 -c "$FIRST_APART" "$R/${tag}_1.json" "$R/${tag}_2.json"
+            done ;;
+  lease20b) if on_h200; then h200_goals; else bash "$0" usertest; fi ;;  # what 800 s of a lease holds
+  resize) run resize_main 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
+            "$R/resize_main.json" --ops ResizeBilinearGrad --shapes '112 -> 56, 64 channels;224 -> 112, 3 channels' ;;
   lease18) build
            if on_h200; then h200_goals; fi
            bash "$0" xla
