@@ -387,11 +387,11 @@ def parallel_xla_compilation(environ, tf_version: str | None) -> None:
     checked. The report's environment note shows XLA_FLAGS for a step that compiles with XLA."""
     import os
 
-    flags = environ.get("XLA_FLAGS", "")
+    flags = environ.get(XLA_FLAGS, "")
     if any(name in flags for name in XLA_PARALLEL_FLAGS) or not (tf_version or "").startswith(XLA_FLAGS_CHECKED_ON):
         return
     threads, split = XLA_PARALLEL_FLAGS
-    environ["XLA_FLAGS"] = f"{flags} {threads}={os.cpu_count() or 1} {split}=true".strip()
+    environ[XLA_FLAGS] = f"{flags} {threads}={os.cpu_count() or 1} {split}=true".strip()
 
 
 def with_xla_flags(base, env: dict) -> dict:
