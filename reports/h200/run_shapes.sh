@@ -46,6 +46,9 @@
 #                                             # fresh runs under it: the user's test)
 #   bash reports/h200/run_shapes.sh lease20b  # on an H200 leanonly and BERT-base mixed's verify; else usertest: two
 #                                             # fresh runs of the patch with and without the fusion autotuner's switch
+#   bash reports/h200/run_shapes.sh pinned    # two fresh runs under XLA's autotuning results a first run wrote
+#   bash reports/h200/run_shapes.sh lease21   # the next lease: on an H200 h200_goals; then XLA's autotuning cache
+#                                             # directory: three fresh runs (the user's test) and the patch's cost
 #   bash reports/h200/run_shapes.sh resize    # main's resize rows, the patch against the plain op
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
@@ -73,6 +76,12 @@ CANDIDATE_SHAPES=${CANDIDATE_SHAPES:-$SEGMENT_ROWS;112 -> 56, 64 channels;224 ->
 MIXED_PATCH=reports/h100/shapes/lease19/bert_like_fit_mixed-fix/patch.csv  # the H200's two segment sums
 FIRST_APART='import sys; from opbisect.record import store; from opbisect.execute.digest import first_apart
 a, b = ([p.initial, *p.after] for p in map(store.load_probe, sys.argv[1:])); print(len(b), "steps; apart:", first_apart(a, b))'
+FUSION_OFF=--xla_gpu_experimental_enable_fusion_autotuner=false AUTOTUNED=/root/autotuned.textproto
+CACHE_DIR=--xla_gpu_per_fusion_autotune_cache_dir=/root/xla-autotune-cache
+probe() {  # probe NAME STEPS: BERT-base mixed under the patch in a fresh process, each step's digests to NAME.json
+  OPBISECT_BERT=base run "$1" 240 python3 -m opbisect trace --patch "$MIXED_PATCH" --steps "$2" --probe "$R/$1.json" \
+    --no-fresh-check --no-progress --out "$R/$1" examples/bert_like_fit_mixed.py
+}
 on_h200() { grep -q H200 "$R/gpu.txt"; }
 segments_main() {  # main's segment and scatter rows, each patch against the plain op
   run segments_main 400 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
@@ -237,6 +246,22 @@ case $PHASE in
               run "${tag}_apart" 30 python3 -c "$FIRST_APART" "$R/${tag}_1.json" "$R/${tag}_2.json"
             done ;;
   lease20b) if on_h200; then h200_goals; else bash "$0" usertest; fi ;;  # what 800 s of a lease holds
+  pinned) build  # lease20's last calls, by hand: XLA's autotuning results written by one process, read by the next
+          XLA_FLAGS="$FUSION_OFF --xla_gpu_dump_autotune_results_to=$AUTOTUNED" probe pinned_0 3
+          for n in 1 2; do XLA_FLAGS="$FUSION_OFF --xla_gpu_load_autotune_results_from=$AUTOTUNED" probe "pinned_$n" 3; done
+          run pinned_apart 30 python3 -c "$FIRST_APART" "$R/pinned_1.json" "$R/pinned_2.json"
+          for n in 3 4; do XLA_FLAGS="--xla_gpu_load_autotune_results_from=$AUTOTUNED" probe "pinned_$n" 3; done
+          run loaded_apart 30 python3 -c "$FIRST_APART" "$R/pinned_3.json" "$R/pinned_4.json" ;;
+  lease21) build  # XLA's own persistent autotuning cache (one flag) in place of pinned's two; what the patch costs so
+           if on_h200; then h200_goals; fi
+           for n in 1 2 3; do XLA_FLAGS="$FUSION_OFF $CACHE_DIR" probe "cached_$n" 10; done  # 1 writes, 2 and 3 read
+           run cached_apart 30 python3 -c "$FIRST_APART" "$R/cached_2.json" "$R/cached_3.json"
+           run writer_apart 30 python3 -c "$FIRST_APART" "$R/cached_1.json" "$R/cached_2.json"
+           for f in "" "$FUSION_OFF $CACHE_DIR"; do
+             OPBISECT_BERT=base XLA_FLAGS="$f" run "verify${f:+_cached}" 300 python3 -m opbisect verify \
+               examples/bert_like_fit_mixed.py --patch "$MIXED_PATCH" --runs 10 --timing-runs 10 --no-switches \
+               --cpu-reference off --fingerprint wsum --out "/root/v21${f:+_cached}"
+           done ;;
   resize) run resize_main 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
             "$R/resize_main.json" --ops ResizeBilinearGrad --shapes '112 -> 56, 64 channels;224 -> 112, 3 channels' ;;
   lease18) build
