@@ -48,7 +48,8 @@
 #                                             # fresh runs of the patch with and without the fusion autotuner's switch
 #   bash reports/h200/run_shapes.sh pinned    # two fresh runs under XLA's autotuning results a first run wrote
 #   bash reports/h200/run_shapes.sh lease21   # the next lease: on an H200 h200_goals; then XLA's autotuning cache
-#                                             # directory: three fresh runs (the user's test) and the patch's cost
+#                                             # directory: three fresh runs (the user's test) and the patch's cost;
+#                                             # on another card then the fix (its ladder past the fusion switch)
 #   bash reports/h200/run_shapes.sh resize    # main's resize rows, the patch against the plain op
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
@@ -260,8 +261,10 @@ case $PHASE in
            for f in "" "$FUSION_OFF $CACHE_DIR"; do
              OPBISECT_BERT=base XLA_FLAGS="$f" run "verify${f:+_cached}" 300 python3 -m opbisect verify \
                examples/bert_like_fit_mixed.py --patch "$MIXED_PATCH" --runs 10 --timing-runs 10 --no-switches \
-               --cpu-reference off --fingerprint wsum --out "/root/v21${f:+_cached}"
-           done ;;
+               --cpu-reference off --fingerprint wsum --out "$R/v21${f:+_cached}"
+           done
+           # the fix from the script, its user's test refuting the fusion switch alone (lease20's runs, by hand)
+           if ! on_h200; then OPBISECT_BERT=base fixed bert_like_fit_mixed 900; fi ;;
   resize) run resize_main 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
             "$R/resize_main.json" --ops ResizeBilinearGrad --shapes '112 -> 56, 64 channels;224 -> 112, 3 channels' ;;
   lease18) build
