@@ -75,13 +75,16 @@ SEGMENT_ROWS='embedding 8k x 256, 8k tokens;BERT word embedding;64k rows x 1k in
 CANDIDATE_OPS=${CANDIDATE_OPS:-UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad}
 CANDIDATE_SHAPES=${CANDIDATE_SHAPES:-$SEGMENT_ROWS;112 -> 56, 64 channels;224 -> 112, 3 channels}
 MIXED_PATCH=reports/h100/shapes/lease19/bert_like_fit_mixed-fix/patch.csv  # the H200's two segment sums
-FIRST_APART='import sys; from opbisect.record import store; from opbisect.execute.digest import first_apart
-a, b = ([p.initial, *p.after] for p in map(store.load_probe, sys.argv[1:])); print(len(b), "steps; apart:", first_apart(a, b))'
 FUSION_OFF=--xla_gpu_experimental_enable_fusion_autotuner=false AUTOTUNED=/root/autotuned.textproto
 CACHE_DIR=--xla_gpu_per_fusion_autotune_cache_dir=/root/xla-autotune-cache
 probe() {  # probe NAME STEPS: BERT-base mixed under the patch in a fresh process, each step's digests to NAME.json
   OPBISECT_BERT=base run "$1" 240 python3 -m opbisect trace --patch "$MIXED_PATCH" --steps "$2" --probe "$R/$1.json" \
     --no-fresh-check --no-progress --out "$R/$1" examples/bert_like_fit_mixed.py
+}
+apart() {  # apart NAME A B: the first step after which two probes' digests differ, and the variables there
+  run "$1" 30 python3 -c 'import sys; from opbisect.record import store; from opbisect.execute.digest import first_apart
+a, b = ([p.initial, *p.after] for p in map(store.load_probe, sys.argv[1:])); print(len(b), "steps; apart:", first_apart(a, b))' \
+    "$R/$2.json" "$R/$3.json"
 }
 on_h200() { grep -q H200 "$R/gpu.txt"; }
 segments_main() {  # main's segment and scatter rows, each patch against the plain op
@@ -237,27 +240,23 @@ case $PHASE in
            else OPBISECT_BERT=base fixed bert_like_fit_mixed 900; fi ;;
   usertest) build  # the user's test by hand (fix's, for the model/data form): two fresh probes of 10 steps, the patch
                    # alone and under the fusion autotuner's switch
-            for flags in --xla_gpu_experimental_enable_fusion_autotuner=false ""; do
+            for flags in "$FUSION_OFF" ""; do
               tag=patch${flags:+_fusion_off}
-              for n in 1 2; do
-                XLA_FLAGS=$flags OPBISECT_BERT=base run "${tag}_$n" 240 python3 -m opbisect trace --patch "$MIXED_PATCH" \
-                  --steps 10 --probe "$R/${tag}_$n.json" --no-fresh-check --no-progress --out "$R/${tag}_$n" \
-                  examples/bert_like_fit_mixed.py
-              done
-              run "${tag}_apart" 30 python3 -c "$FIRST_APART" "$R/${tag}_1.json" "$R/${tag}_2.json"
+              for n in 1 2; do XLA_FLAGS=$flags probe "${tag}_$n" 10; done
+              apart "${tag}_apart" "${tag}_1" "${tag}_2"
             done ;;
   lease20b) if on_h200; then h200_goals; else bash "$0" usertest; fi ;;  # what 800 s of a lease holds
   pinned) build  # lease20's last calls, by hand: XLA's autotuning results written by one process, read by the next
           XLA_FLAGS="$FUSION_OFF --xla_gpu_dump_autotune_results_to=$AUTOTUNED" probe pinned_0 3
           for n in 1 2; do XLA_FLAGS="$FUSION_OFF --xla_gpu_load_autotune_results_from=$AUTOTUNED" probe "pinned_$n" 3; done
-          run pinned_apart 30 python3 -c "$FIRST_APART" "$R/pinned_1.json" "$R/pinned_2.json"
+          apart pinned_apart pinned_1 pinned_2
           for n in 3 4; do XLA_FLAGS="--xla_gpu_load_autotune_results_from=$AUTOTUNED" probe "pinned_$n" 3; done
-          run loaded_apart 30 python3 -c "$FIRST_APART" "$R/pinned_3.json" "$R/pinned_4.json" ;;
+          apart loaded_apart pinned_3 pinned_4 ;;
   lease21) build  # XLA's own persistent autotuning cache (one flag) in place of pinned's two; what the patch costs so
            if on_h200; then h200_goals; fi
            for n in 1 2 3; do XLA_FLAGS="$FUSION_OFF $CACHE_DIR" probe "cached_$n" 10; done  # 1 writes, 2 and 3 read
-           run cached_apart 30 python3 -c "$FIRST_APART" "$R/cached_2.json" "$R/cached_3.json"
-           run writer_apart 30 python3 -c "$FIRST_APART" "$R/cached_1.json" "$R/cached_2.json"
+           apart cached_apart cached_2 cached_3
+           apart writer_apart cached_1 cached_2
            for f in "" "$FUSION_OFF $CACHE_DIR"; do
              OPBISECT_BERT=base XLA_FLAGS="$f" run "verify${f:+_cached}" 300 python3 -m opbisect verify \
                examples/bert_like_fit_mixed.py --patch "$MIXED_PATCH" --runs 10 --timing-runs 10 --no-switches \
