@@ -17,3 +17,9 @@ def printable(text: str) -> str:
     """`text` without terminal control sequences or control characters (a record is read from a file: what it says
     must not set a terminal's title or colours); tabs and newlines stay."""
     return _CONTROL.sub("", text)
+
+
+def ruled_out(bound: float, trials: str = "runs") -> str:
+    """A bound on a rate of firing (record.model.rate_bound), in words: 'a difference firing in over 14% of runs is
+    ruled out at 95%'. Two significant figures: a long user's test rules out rates near 1%."""
+    return f"a difference firing in over {100 * bound:.2g}% of {trials} is ruled out at 95%"

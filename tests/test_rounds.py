@@ -215,7 +215,9 @@ def test_a_variant_two_fresh_runs_refute_gives_way_to_the_next_and_the_answer_sa
     fix = Fix(script="s.py", script_path="/s.py", form="fit", rounds=[], stopped="NAMED_NOTHING", why="", switches=[],
               recommendation=rec, test=got, refuted=refuted)
     said = answer(fix)
-    assert fix.exit_code == 0 and said[0].endswith("two fresh runs agree bit for bit through 10 training steps")
+    assert fix.exit_code == 0 and "two fresh runs agree bit for bit through 10 training steps (" in said[0]
+    # each step of each run is a trial: 20 steps without a difference rule out one that fires in over 14% of them
+    assert round(got.rate_bound, 3) == 0.139 and f"{100 * got.rate_bound:.2g}% of steps" in said[0]
     assert said[2].startswith("  passed over: with opbisect's patch, XLA_FLAGS=--x (1.01x the plain step)")
     page = ElementTree.fromstring(fix_html.page(fix, None, said))
     assert [p.get("data-refuted") for p in page.findall(".//x:p[@data-refuted]", XHTML)] == [recs[0].variant]

@@ -30,6 +30,7 @@ from ..record.model import (
     Runs,
     Trajectory,
     Verdict,
+    rate_bound,
 )
 from .compare import runs_off_mode
 
@@ -131,12 +132,10 @@ def verdict(default: Trajectory, fit: Trajectory | None, processes: CrossProcess
         evidence.append(f"across {processes.processes} processes the results differ from step "
                         f"{processes.first_differing_step}")
     found = bool(evidence)
-    bound = None if found else 1 - MISS ** (1 / max(default.runs, 1))
+    bound = None if found else rate_bound(default.runs)
     return Verdict(nondeterministic=found, exit_code=EXIT_FOUND if found else EXIT_CLEAN, evidence=evidence,
                    rate_bound=bound)
 
-
-MISS = 0.05  # a deterministic verdict's rate bound is stated at 95% confidence
 
 
 def with_fresh_processes(verdict: Verdict, clause: str) -> Verdict:

@@ -8,6 +8,7 @@ record's `Ladder`. A rung that stayed identical proves only as much as its runs 
 from __future__ import annotations
 
 from ..record.model import Ladder, Record, Rung
+from ..words import ruled_out
 
 
 def rung(limit: int, env: dict, label: str, record: Record) -> Rung:
@@ -69,7 +70,7 @@ def _env(r: Rung) -> str:
 def _bound(r: Rung) -> str:
     if r.rate_bound is None:
         return ""
-    return f" (a difference in more than {r.rate_bound:.0%} of runs would have shown; --max-runs looks harder)"
+    return f" ({ruled_out(r.rate_bound)}; --max-runs looks harder)"
 
 
 def _named(r: Rung) -> str:

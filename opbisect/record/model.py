@@ -12,6 +12,13 @@ from __future__ import annotations
 import dataclasses
 
 RECORD_VERSION = 9  # 8: the fresh-process check (`fresh`), sources' `detail`; 9: its `script` runs
+MISS = 0.05  # every bound on a rate of firing is stated at 95% confidence
+
+
+def rate_bound(trials: int) -> float:
+    """The rate of firing per trial that `trials` trials, none of which fired, rule out at 95%: a difference that
+    fired more often would have shown in them (1 - 0.05 ** (1 / trials))."""
+    return 1 - MISS ** (1 / max(trials, 1))
 
 
 @dataclasses.dataclass
@@ -255,6 +262,12 @@ class UserTest:
     error: str = ""  # a run that failed: why
     calls: list[str] = dataclasses.field(default_factory=list)  # the training steps it ran, as `--at` reaches each
     apart_call: str = ""  # the one in which the runs part ("" where they agree, or for the target contract)
+
+    @property
+    def rate_bound(self) -> float | None:
+        """Where the runs agreed: the rate per run and step of a variation (a race that fires now and then) that
+        their steps rule out. Each step of each run is one trial: a variation in any of them parts the two."""
+        return rate_bound(sum(self.ran)) if self.agreed else None
 
     def parts_elsewhere(self) -> bool:
         """Whether the runs part in a later training step than the one the fix analysed (its first)."""

@@ -13,7 +13,7 @@ import shlex
 
 from ..analysis.sources import patchable, replaceable
 from ..record.model import Record, Source
-from ..words import listed
+from ..words import listed, ruled_out
 
 
 @dataclasses.dataclass
@@ -104,14 +104,14 @@ def _clean(record: Record) -> str:
     v = record.facts.verdict
     fresh = record.fresh
     both = "Two fresh runs of your script start the training call alike, and " if fresh and not fresh.error else ""
-    bound = (f" (a difference firing in over {100 * v.rate_bound:.0f}% of runs is ruled out at 95%)"
-             if v.rate_bound is not None else "")
+    bound = f" ({ruled_out(v.rate_bound)})" if v.rate_bound is not None else ""
     script = fresh.script if fresh else None
     past = ""
     if script and script.agreed:
         calls = f" ({', '.join(script.calls)})" if len(script.calls) > 1 else ""
         end = ", to its end" if not script.steps or script.ran[0] < script.steps else ""
-        past = f" Two more fresh runs of the script agree through {script.ran[0]} training step(s){calls}{end}."
+        past = (f" Two more fresh runs of the script agree through {script.ran[0]} training step(s){calls}{end} "
+                f"({ruled_out(script.rate_bound, 'steps')}).")
     return f"{both}{record.runs} runs of the step from one state give one result{bound}.{past}"
 
 

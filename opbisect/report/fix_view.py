@@ -12,7 +12,7 @@ from pathlib import Path
 from ..record import store
 from ..record.fixing import AS_WRITTEN, Fix, Recommendation, Round, UserTest
 from ..record.verification import Verification
-from ..words import listed, printable
+from ..words import listed, printable, ruled_out
 from . import fix_html
 
 TEXT = "summary.txt"
@@ -32,8 +32,10 @@ def answer(fix: Fix) -> list[str]:
                        f"{test.apart_call}, which this fix did not analyse)")
         return out
     what = describe(rec)
-    steps = f"{test.ran[0]} training steps" if test.steps else "the whole script"
-    return [head + f"reproducible {what}, exit 0: two fresh runs agree bit for bit through {steps}",
+    ended = not test.steps or test.ran[0] < test.steps  # the script ended first: its runs were the user's own, whole
+    steps = f"{test.ran[0]} training steps" + (", the script's end" if ended else "")
+    return [head + f"reproducible {what}, exit 0: two fresh runs agree bit for bit through {steps} "
+                   f"({ruled_out(test.rate_bound, 'steps')})",
             f"  run it so: {command}"] + _refuted(fix)
 
 

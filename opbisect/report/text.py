@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..ir.optypes import KIND_REMEDIES
 from ..record.model import DERIVED, Record, Runs, Source
-from ..words import listed, printable
+from ..words import listed, printable, ruled_out
 from . import answer
 
 FILENAME = "summary.txt"
@@ -258,7 +258,8 @@ def script_lines(t) -> list[str]:
         return [f"note: {head}could not compare: {t.error}"]
     calls = f" ({', '.join(t.calls)})" if t.calls else ""
     if t.agreed:
-        return [f"{head}every variable alike after each of {t.ran[0]} training steps{calls}"]
+        return [f"{head}every variable alike after each of {t.ran[0]} training steps{calls} "
+                f"({ruled_out(t.rate_bound, 'steps')})"]
     at = f"after step {t.first_apart}" + (f" in {t.apart_call}" if t.apart_call else "")
     apart = f"{at} ({len(t.apart)} variable(s): {listed(t.apart)})" if t.first_apart is not None else \
         f"after {' and '.join(map(str, t.ran))} steps"
@@ -305,8 +306,7 @@ def sources_lines(record: Record) -> list[str]:
         if record.facts.verdict.nondeterministic:
             return ["no source named: see how it was found, below"]
         bound = record.facts.verdict.rate_bound
-        odds = f" a difference that fires in more than {100 * bound:.0f}% of runs would have shown (95% confidence); " \
-            if bound is not None else " "
+        odds = f" {ruled_out(bound)}; " if bound is not None else " "
         return [f"no source found: nothing differed in {record.runs} runs;{odds}a race that fires more rarely can hide "
                 f"(more --runs look harder)"]
     found = answer.groups(record)
@@ -328,8 +328,7 @@ def _verdict(record: Record) -> list[str]:
             return ["verdict: deterministic, exit 0 (the sources above changed the result only in the instrumented "
                     "step: an observer effect, not a finding about your step)"]
         harmless = " (the sources above vary but do not reach the step's result)" if record.sources else ""
-        confidence = "" if v.rate_bound is None else \
-            f"; confidence: a difference firing in over {100 * v.rate_bound:.0f}% of runs is ruled out at 95%"
+        confidence = "" if v.rate_bound is None else f"; confidence: {ruled_out(v.rate_bound)}"
         return [f"verdict: deterministic, exit 0{harmless}{confidence}"]
     top = record.sources[0] if record.sources else None
     first_bad = [f"{top.op_name} is the first bad op" + (f" (step {top.first_step})" if record.steps > 1 else "")
