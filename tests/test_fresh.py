@@ -164,6 +164,25 @@ def test_the_scripts_runs_start_beside_the_experiment_only_on_cores_to_spare_and
         checking.early = None  # nothing to end: no process was started
 
 
+@pytest.mark.parametrize("script, check_steps, flag, steps", [("zero_edit/keras3_fit.py", 0, "--steps", "0"),
+                                                            ("embedding_sgd.py", 0, "--steps", "100"),
+                                                            ("embedding_sgd.py", 7, "--steps", "7")])
+def test_the_users_test_of_the_target_contract_takes_the_default_steps_for_0_as_it_has_no_end(
+        monkeypatch, tmp_path, script, check_steps, flag, steps):
+    """`--check-steps 0` runs a script that trains to its end; the target contract trains nothing by itself, so its
+    probes take the default (they ran 1 step, and the answer called that the script's end)."""
+    from opbisect.execute import children, usertest
+    from opbisect.settings import FixSettings
+
+    commands = []
+    monkeypatch.setattr(children, "start", lambda cmd, env, **kw: commands.append(cmd))
+    intercepted = script.startswith("zero_edit")
+    runs = usertest.UserTestRuns.started(FixSettings(script=EXAMPLES / script, check_steps=check_steps), tmp_path,
+                                         intercepted)
+    assert runs.steps == int(steps) and len(commands) == 2
+    assert all(cmd[cmd.index(flag) + 1] == steps for cmd in commands)
+
+
 # -- the decisions, on planted probes ---------------------------------------------------------------------------
 
 def probe(initial: dict, batches: list[str], after: list[dict] | None = None) -> Probe:

@@ -13,13 +13,14 @@ exit 0 holds for the runs the user makes and not only for the training call it a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
 
 from ..record import store
 from ..record.model import UserTest
-from ..settings import RunSettings, TraceSettings, shared
+from ..settings import CHECK_STEPS, RunSettings, TraceSettings, shared
 from ..tfcompat import with_xla_flags
 from . import children
 from .digest import combined, first_apart
@@ -34,8 +35,11 @@ class UserTestRuns:
                 env: dict | None = None) -> "UserTestRuns":
         """Both runs started at once. `settings` (fix's or trace's) gives every option `run` shares by name: the
         device, `--at`, the script's arguments; `check_steps` the steps (0: to the script's end)."""
+        # the target contract trains nothing by itself, so it has no end to run to: 0 takes the default there
+        steps = settings.check_steps if intercepted else settings.check_steps or CHECK_STEPS
+        settings = dataclasses.replace(settings, check_steps=steps)
         runs = [_started(settings, Path(folder) / f"check{i}", intercepted, patch, seed, env or {}) for i in (1, 2)]
-        return cls(runs, settings.check_steps, _run_digests if intercepted else _probe_digests)
+        return cls(runs, steps, _run_digests if intercepted else _probe_digests)
 
     def stopped(self) -> None:
         for proc, _, _ in self.runs:
@@ -69,7 +73,7 @@ def _started(settings, folder: Path, intercepted: bool, patch: str, seed: str, e
         command = "run", shared(settings, RunSettings, patch=patch, seed=seed, steps=settings.check_steps,
                                 digests=out)
     else:
-        command = "trace", shared(settings, TraceSettings, patch=patch, seed=seed, steps=max(1, settings.check_steps),
+        command = "trace", shared(settings, TraceSettings, patch=patch, seed=seed, steps=settings.check_steps,
                                   probe=out, fresh=False, progress=False, out=folder)
     cmd = children.command_line(command[0], command[1].to_argv())
     # side by side on one GPU: each takes memory as it needs it (TensorFlow takes the whole GPU otherwise, and the
