@@ -12,8 +12,9 @@ from pathlib import Path
 import pandas as pd
 
 from ..record import store
+from ..record.model import rate_bound
 from ..record.verification import PATCHED, PLAIN, XLA_FLAGS, XLA_SWITCHES, Verification
-from ..words import listed, printable
+from ..words import listed, printable, ruled_out
 
 RECORD = store.VERIFY_RECORD
 CSV = "variants.csv"
@@ -97,7 +98,8 @@ def lines(v: Verification, written: Path | None = None) -> list[str]:
     if reference is not None and not reference.error:
         out.append(f"{reference.name}: a yardstick for the numbers (its own summation order), never recommended")
     out += _recommendation(v)
-    out.append(f"the patched step is bitwise reproducible ({v.fixed_by}; exit {v.exit_code})" if v.fixed_by else
+    out.append(f"the patched step is bitwise reproducible ({v.fixed_by}; exit {v.exit_code}); "
+               f"{ruled_out(rate_bound(v.runs))} (--runs {v.runs}: more rule out rarer ones)" if v.fixed_by else
                f"the patched step is NOT bitwise reproducible (exit {v.exit_code})")
     if written is not None:
         out.append(f"report: {written}")
