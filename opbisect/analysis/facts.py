@@ -137,7 +137,6 @@ def verdict(default: Trajectory, fit: Trajectory | None, processes: CrossProcess
                    rate_bound=bound)
 
 
-
 def with_fresh_processes(verdict: Verdict, clause: str) -> Verdict:
     """The verdict once the fresh-process check has run: `clause` says what differed between two fresh processes
     of the script ("" where they agree, and the verdict stands). A difference there is what the user's own test
