@@ -42,3 +42,27 @@ def test_dtype_shape_and_contents_each_count():
               base + np.float32(1e-30)]
     assert len({value_digest(base), *map(value_digest, others)}) == 1 + len(others)
     assert value_digest(np.float32(np.nan)) == value_digest(np.float32(np.nan))  # the same bits, the same digest
+
+
+def test_a_variables_digest_is_its_weighted_sum_and_moves_with_any_one_bit_and_only_its_own():
+    """The per-step digests (the user's test, `run --digests`) are computed where each variable lives, all in one
+    call: capture's weighted sum of the bits for a numeric variable, blake2b on the host for a string one."""
+    import tensorflow as tf
+
+    from opbisect.capture.fingerprint import WeightedSumFingerprinter
+    from opbisect.execute.digest import of_variables
+
+    def made():
+        return [tf.Variable(np.linspace(-1, 1, 600, dtype=np.float32).reshape(20, 30)),
+                tf.Variable(np.zeros(4, np.float32)), tf.Variable(np.int64(7)), tf.Variable([b"a", b"b"])]
+
+    first, second = made(), made()
+    digests = of_variables(first)
+    assert digests == of_variables(second) and len(set(digests)) == 4  # equal values, other variables: one digest
+    assert int(digests[0], 16) == int(WeightedSumFingerprinter().one(first[0].value())) % 2**64
+    assert digests[3] == value_digest(first[3].numpy())
+    second[0].assign(tf.tensor_scatter_nd_update(second[0], [[7, 11]], [np.nextafter(second[0][7, 11].numpy(),
+                                                                                     np.float32(2))]))
+    second[1].assign(-second[1])  # -0.0: equal to 0.0, other bits
+    moved = of_variables(second)
+    assert [a != b for a, b in zip(digests, moved)] == [True, True, False, False]

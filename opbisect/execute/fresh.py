@@ -32,7 +32,7 @@ from ..record import store
 from ..record.fixing import run_command
 from ..record.model import FreshCheck, Probe, Record
 from . import children
-from .digest import combined, value_digest
+from .digest import combined, of_variables, value_digest
 
 FIRST = "a"  # the second fresh process's probe file (this process is the first)
 # A machine with this many cores runs the script's two more runs beside the experiment (which keeps about two busy,
@@ -186,7 +186,7 @@ def measured(call, initial: dict, variables: dict, batches: list, run: bool) -> 
     for args in batches if run else []:
         out = call(args)
         probe.outputs.append(of(tf.nest.flatten(out, expand_composites=True)))
-        probe.after.append({k: value_digest(v.numpy()) for k, v in variables.items()})
+        probe.after.append(dict(zip(variables, of_variables(list(variables.values())))))
     return probe
 
 
