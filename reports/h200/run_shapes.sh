@@ -52,7 +52,8 @@
 #                                             # on another card then the fix (its ladder past the fusion switch)
 #   bash reports/h200/run_shapes.sh lease22   # the next lease: on an H200 h200_goals; the fix from the script (its
 #                                             # user's test now 100 steps: lease21's 10 passed runs that part later);
-#                                             # the patched step under the fusion switch, 100 runs from one state
+#                                             # the patched step under the fusion switch, 100 runs from one state;
+#                                             # a fresh probe of 10 steps and of 100 (what a step of the test costs)
 #   bash reports/h200/run_shapes.sh resize    # main's resize rows, the patch against the plain op
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
@@ -274,7 +275,9 @@ case $PHASE in
            # of 100 runs from one state sees it (the uninstrumented step's runs give its rate in one process)
            OPBISECT_BERT=base XLA_FLAGS="$FUSION_OFF" run rare 500 python3 -m opbisect trace \
              examples/bert_like_fit_mixed.py --patch "$MIXED_PATCH" --runs 100 --no-fresh-check --no-replay \
-             --no-progress --out "$R/rare" ;;
+             --no-progress --out "$R/rare"
+           # the user's test's cost per step: 10 and 100 steps of a fresh probe (digests computed on the GPU)
+           probe steps_10 10; probe steps_100 100 ;;
   resize) run resize_main 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
             "$R/resize_main.json" --ops ResizeBilinearGrad --shapes '112 -> 56, 64 channels;224 -> 112, 3 channels' ;;
   lease18) build
