@@ -5,10 +5,11 @@ per variable after every training step; `opbisect fix` compares two fresh runs b
 A numeric variable's digest is capture's position-weighted sum of its bits (capture/fingerprint.py), computed where
 the variable lives, every variable in one call: 8 bytes each come back to the host, not the variable. Copied and
 hashed there, BERT-base's weights and Adam's slots (624 MB) would take about a second a step (blake2b hashed 0.3 GB
-a second on this project's CPU machine; not timed on a GPU), and the user's test runs 100 steps twice. Any other variable's (a string's) is blake2b over its dtype, shape and bytes, on the host. Both are
-functions of the bits alone: the same on every device and in every process, so two processes' digests compare
-directly. Variables are keyed as the trace keys them (their name, and `#2`, `#3`... in creation order where names
-repeat): stable across processes.
+a second on this project's CPU machine; not timed on a GPU), and the user's test runs 100 steps twice. Any other
+variable's (a string's) is blake2b over its dtype, shape and bytes, on the host. Both are functions of the bits
+alone: the same on every device and in every process, so two processes' digests compare directly. Variables are
+keyed as the trace keys them (their name, and `#2`, `#3`... in creation order where names repeat): stable across
+processes.
 """
 
 from __future__ import annotations
