@@ -269,6 +269,11 @@ class UserTest:
         their steps rule out. Each step of each run is one trial: a variation in any of them parts the two."""
         return rate_bound(sum(self.ran)) if self.agreed else None
 
+    @property
+    def to_the_end(self) -> bool:
+        """Whether the script ended before the steps asked for: its two runs were the user's own, whole."""
+        return not self.steps or bool(self.ran) and self.ran[0] < self.steps
+
     def parts_elsewhere(self) -> bool:
         """Whether the runs part in a later training step than the one the fix analysed (its first)."""
         return bool(self.calls and self.apart_call and self.apart_call != self.calls[0])

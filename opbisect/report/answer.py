@@ -109,7 +109,7 @@ def _clean(record: Record) -> str:
     past = ""
     if script and script.agreed:
         calls = f" ({', '.join(script.calls)})" if len(script.calls) > 1 else ""
-        end = ", to its end" if not script.steps or script.ran[0] < script.steps else ""
+        end = ", to its end" if script.to_the_end else ""
         past = (f" Two more fresh runs of the script agree through {script.ran[0]} training step(s){calls}{end} "
                 f"({ruled_out(script.rate_bound, 'steps')}).")
     return f"{both}{record.runs} runs of the step from one state give one result{bound}.{past}"

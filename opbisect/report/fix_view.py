@@ -32,8 +32,7 @@ def answer(fix: Fix) -> list[str]:
                        f"{test.apart_call}, which this fix did not analyse)")
         return out
     what = describe(rec)
-    ended = not test.steps or test.ran[0] < test.steps  # the script ended first: its runs were the user's own, whole
-    steps = f"{test.ran[0]} training steps" + (", the script's end" if ended else "")
+    steps = f"{test.ran[0]} training steps" + (", the script's end" if test.to_the_end else "")
     return [head + f"reproducible {what}, exit 0: two fresh runs agree bit for bit through {steps} "
                    f"({ruled_out(test.rate_bound, 'steps')})",
             f"  run it so: {command}"] + _refuted(fix)
