@@ -50,10 +50,10 @@
 #   bash reports/h200/run_shapes.sh lease21   # the next lease: on an H200 h200_goals; then XLA's autotuning cache
 #                                             # directory: three fresh runs (the user's test) and the patch's cost;
 #                                             # on another card then the fix (its ladder past the fusion switch)
-#   bash reports/h200/run_shapes.sh lease22   # the next lease: on an H200 h200_goals; the fix from the script (its
-#                                             # user's test now 100 steps: lease21's 10 passed runs that part later);
-#                                             # the patched step under the fusion switch, 100 runs from one state;
-#                                             # a fresh probe of 10 steps and of 100 (what a step of the test costs)
+#   bash reports/h200/run_shapes.sh lease22   # the next lease: on an H200 h200_goals; the patched step under the
+#                                             # fusion switch, 100 runs from one state; fresh probes of 10 steps and
+#                                             # twice 100 (the user's test by hand, its cost a step); then the fix
+#                                             # from the script (its user's test now 100 steps)
 #   bash reports/h200/run_shapes.sh resize    # main's resize rows, the patch against the plain op
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
@@ -270,14 +270,16 @@ case $PHASE in
            if ! on_h200; then OPBISECT_BERT=base fixed bert_like_fit_mixed 900; fi ;;
   lease22) build
            if on_h200; then h200_goals; fi
-           OPBISECT_BERT=base fixed bert_like_fit_mixed 900
            # fresh runs under the fusion switch leave one trajectory at about 5% a step (lease21): its op, if a trace
            # of 100 runs from one state sees it (the uninstrumented step's runs give its rate in one process)
            OPBISECT_BERT=base XLA_FLAGS="$FUSION_OFF" run rare 500 python3 -m opbisect trace \
              examples/bert_like_fit_mixed.py --patch "$MIXED_PATCH" --runs 100 --no-fresh-check --no-replay \
              --no-progress --out "$R/rare"
-           # the user's test's cost per step: 10 and 100 steps of a fresh probe (digests computed on the GPU)
-           probe steps_10 10; probe steps_100 100 ;;
+           # the user's test at 100 steps, by hand (two fresh runs), and its cost per step (against 10 steps)
+           for p in steps_10:10 steps_100a:100 steps_100b:100; do XLA_FLAGS="$FUSION_OFF" probe "${p%:*}" "${p#*:}"; done
+           apart steps_100_apart steps_100a steps_100b
+           # last, as the lease allows: the fix from the script, its user's test now 100 steps
+           OPBISECT_BERT=base fixed bert_like_fit_mixed 900 ;;
   resize) run resize_main 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
             "$R/resize_main.json" --ops ResizeBilinearGrad --shapes '112 -> 56, 64 channels;224 -> 112, 3 channels' ;;
   lease18) build
