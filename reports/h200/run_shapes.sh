@@ -91,6 +91,11 @@ a, b = ([p.initial, *p.after] for p in map(store.load_probe, sys.argv[1:])); pri
     "$R/$2.json" "$R/$3.json"
 }
 on_h200() { grep -q H200 "$R/gpu.txt"; }
+xla_verify() {  # xla_verify NAME PATCH OUT: BERT-base mixed, the plain and patched step under $XLA_FLAGS (10 runs,
+  # 10 timed steps, no switches)
+  OPBISECT_BERT=base run "$1" 300 python3 -m opbisect verify examples/bert_like_fit_mixed.py --patch "$2" --runs 10 \
+    --timing-runs 10 --no-switches --cpu-reference off --fingerprint wsum --out "$3"
+}
 segments_main() {  # main's segment and scatter rows, each patch against the plain op
   run segments_main 400 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
     "$R/segments_main.json" --ops UnsortedSegmentSum,SegmentSum,ResourceScatterAdd --shapes "$SEGMENT_ROWS"
@@ -235,9 +240,7 @@ case $PHASE in
             # (XLA aborts on a flag it does not know: such a run fails in seconds and says so in its .txt)
             # (the first compile on a fresh machine, autotuning included, took 180 s of the run without flags)
             for f in "" ${XLA_FLAG_SET:---xla_gpu_autotune_level=0 --xla_gpu_deterministic_ops=true}; do
-              OPBISECT_BERT=base XLA_FLAGS="$f" run "verify${f:-_none}" 300 python3 -m opbisect verify \
-                examples/bert_like_fit_mixed.py --patch reports/h200/bert_like_fit_mixed/sources.csv --runs 10 \
-                --timing-runs 10 --no-switches --cpu-reference off --fingerprint wsum --out "/root/xfv$f"
+              XLA_FLAGS="$f" xla_verify "verify${f:-_none}" reports/h200/bert_like_fit_mixed/sources.csv "/root/xfv$f"
             done ;;
   lease20) build
            if on_h200; then h200_goals
@@ -262,9 +265,7 @@ case $PHASE in
            apart cached_apart cached_2 cached_3
            apart writer_apart cached_1 cached_2
            for f in "" "$FUSION_OFF $CACHE_DIR"; do
-             OPBISECT_BERT=base XLA_FLAGS="$f" run "verify${f:+_cached}" 300 python3 -m opbisect verify \
-               examples/bert_like_fit_mixed.py --patch "$MIXED_PATCH" --runs 10 --timing-runs 10 --no-switches \
-               --cpu-reference off --fingerprint wsum --out "$R/v21${f:+_cached}"
+             XLA_FLAGS="$f" xla_verify "verify${f:+_cached}" "$MIXED_PATCH" "$R/v21${f:+_cached}"
            done
            # the fix from the script, its user's test refuting the fusion switch alone (lease20's runs, by hand)
            if ! on_h200; then OPBISECT_BERT=base fixed bert_like_fit_mixed 900; fi ;;
