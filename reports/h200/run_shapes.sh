@@ -54,6 +54,9 @@
 #                                             # fusion switch, 100 runs from one state; fresh probes of 10 steps and
 #                                             # twice 100 (the user's test by hand, its cost a step); then the fix
 #                                             # from the script (its user's test now 100 steps)
+#   bash reports/h200/run_shapes.sh plain100  # two fresh probes of 100 steps, the patch alone: the user's test by hand
+#   bash reports/h200/run_shapes.sh lease23   # the next lease: on an H200 h200_goals; the fix from the script (its
+#                                             # user's test 100 steps); a trace of 400 runs under the fusion switch
 #   bash reports/h200/run_shapes.sh resize    # main's resize rows, the patch against the plain op
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
@@ -281,6 +284,15 @@ case $PHASE in
            apart steps_100_apart steps_100a steps_100b
            # last, as the lease allows: the fix from the script, its user's test now 100 steps
            OPBISECT_BERT=base fixed bert_like_fit_mixed 900 ;;
+  plain100) for n in a b; do probe "plain100$n" 100; done  # the user's test by hand, the patch alone (lease22's by hand)
+            apart plain100_apart plain100a plain100b ;;
+  lease23) build
+           if on_h200; then h200_goals; fi
+           OPBISECT_BERT=base fixed bert_like_fit_mixed 900  # the fix from the script, its user's test 100 steps
+           # lease22's trace of 100 runs saw the step vary uninstrumented (2 runs in 100), not instrumented: its next
+           OPBISECT_BERT=base XLA_FLAGS="$FUSION_OFF" run rare400 560 python3 -m opbisect trace \
+             examples/bert_like_fit_mixed.py --patch "$MIXED_PATCH" --runs 400 --no-fresh-check --no-replay \
+             --no-progress --out "$R/rare400" ;;
   resize) run resize_main 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
             "$R/resize_main.json" --ops ResizeBilinearGrad --shapes '112 -> 56, 64 channels;224 -> 112, 3 channels' ;;
   lease18) build
