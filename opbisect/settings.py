@@ -85,6 +85,19 @@ def _check_steps():
                                f"script's end; the target contract, which has none: {CHECK_STEPS})", minimum=0)
 
 
+# 100: a variant alike in verify's first runs runs on to 100 in all, ruling out a difference in over 3% of runs. On an
+# H200 BERT-base under mixed precision and its patch gave one result in 10 runs, while 2 of 100 uninstrumented runs in
+# one process differed (under XLA's fusion switch) and two fresh runs parted after step 20
+# (reports/h200/shapes/README.md, fifth lease)
+CONFIRM_RUNS = 100
+
+
+def _confirm_runs():
+    return option(CONFIRM_RUNS, "a variant whose --runs runs all agree runs on to this many in all before it counts "
+                                f"as reproducible, where a rarer variation shows (default {CONFIRM_RUNS}; 0: --runs "
+                                "only); the CPU reference does not", minimum=0)
+
+
 def _check_seed(seed: str) -> None:
     from .errors import UsageError
 
@@ -259,6 +272,7 @@ class VerifySettings(StepOptions):
     patch: str = option("", "what to replace: a report's sources.csv (or its report folder), or op types or op "
                             "names, comma-separated")
     runs: int = option(5, "runs of each variant from one state (default 5, at least 2)", minimum=2)
+    confirm_runs: int = _confirm_runs()
     timing_runs: int = option(20, "steps of each variant timed after its runs, each from the same state; the plain "
                                   "and patched steps alternate (default 20; 0: time the --runs only)", minimum=0)
     steps: int = option(0, "consecutive steps per run, from the data's first batch (fit and batches() forms; default: "
@@ -309,6 +323,7 @@ class FixSettings(StepOptions):
                                 "pass of that round again with this many runs (default 0: four times --runs)",
                            minimum=0)
     verify_runs: int = option(10, "runs of each variant in the final verify (default 10)", minimum=2)
+    confirm_runs: int = _confirm_runs()
     timing_runs: int = option(20, "steps of each variant timed in the final verify (default 20)", minimum=0)
     cpu_reference: str = _cpu_reference()
     out: Path = option(Path("reports"), "folder that receives <script>-fix/ (default reports/)")

@@ -119,13 +119,15 @@ def _load(settings: VerifySettings, starting: dict | None = None) -> _Step:
     return _Step(step, step.snapshot(), environment(step.tf, step.kind)["device"])
 
 
-def _measured_in_turn(step: _Step, calls: list, runs: int, timing_runs: int) -> list[Measured]:
-    """Each call's `runs` runs as a pass on the step's bench, one after the other, then all timed in turn."""
+def _measured_in_turn(step: _Step, calls: list, settings: VerifySettings) -> list[Measured]:
+    """Each call's runs as a pass on the step's bench, one after the other (`--runs`, on to `--confirm-runs` where
+    they agree; not for the CPU reference, whose bits are compared with none), then all timed in turn."""
     from .execute.passes import timed_in_turn
 
     passes = [step.variant(c) for c in calls]
-    measured = [p.run(runs) for p in passes]
-    timed_in_turn(passes, measured, timing_runs)
+    confirm = 0 if settings.variant == "cpu" else settings.confirm_runs
+    measured = [p.run(settings.runs, confirm) for p in passes]
+    timed_in_turn(passes, measured, settings.timing_runs)
     return measured
 
 
@@ -179,7 +181,8 @@ def experiment(settings: VerifySettings) -> Verification:
     return Verification(script=str(settings.script), script_path=str(settings.script.resolve()), device=step.device,
                         patch=settings.patch, runs=settings.runs, replaced=patched.replaced, skipped=patched.skipped,
                         renamed=choice.renamed, not_ops=choice.not_ops, plain_spread=plain.spread, variants=variants,
-                        recommendation=decide(variants), timing_runs=settings.timing_runs, steps=settings.steps)
+                        recommendation=decide(variants), timing_runs=settings.timing_runs, steps=settings.steps,
+                        confirm_runs=settings.confirm_runs if settings.confirm_runs > settings.runs else 0)
 
 
 def _in_process(settings: VerifySettings, step: _Step, choice) -> tuple[list[tuple], object, object]:
@@ -189,7 +192,7 @@ def _in_process(settings: VerifySettings, step: _Step, choice) -> tuple[list[tup
 
     patched = PatchedStep(step.trace, choice)
     calls = [step.trace.concrete, patched] if patched.replaced else [step.trace.concrete]
-    plain, *fixed = _measured_in_turn(step, calls, settings.runs, settings.timing_runs)
+    plain, *fixed = _measured_in_turn(step, calls, settings)
     if plain.error:
         raise TargetError(f"the step raised {plain.error}")
     if fixed and fixed[0].error:
@@ -331,7 +334,7 @@ def _child(settings: VerifySettings) -> int:
             from .patches.step import PatchedStep
 
             call = PatchedStep(step.trace, choose(step.trace.graph, settings.patch))
-        measured, = _measured_in_turn(step, [call], settings.runs, settings.timing_runs)
+        measured, = _measured_in_turn(step, [call], settings)
     comparable = sorted(step.snapshot.keys) == start["keys"] and step.inputs == start["inputs"]
     names = list(measured.first)
     np.savez(exchange / f"{settings.variant}.npz", *[measured.first[n] for n in names])

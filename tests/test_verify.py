@@ -130,6 +130,50 @@ def test_trace_with_patch_finds_the_source_the_patched_one_hid(tmp_path, monkeyp
     assert code == 0 and record["replaced"] == ["first", "second"]
 
 
+JITTER = """
+w = tf.Variable(tf.ones([4]), name="w")
+
+
+def jitter(x):  # a fresh draw in every run: the source the patch replaces
+    return (x + np.random.random(x.shape)).astype(np.float32)
+
+
+@tf.function
+def step(x):
+    w.assign_add(tf.ensure_shape(tf.numpy_function(jitter, [x], tf.float32, name="jitter"), [4]))
+    return tf.reduce_sum(w)
+
+
+inputs = (tf.ones([4]),)
+"""
+
+
+def test_a_variant_alike_in_its_first_runs_runs_on_and_a_rarer_difference_refutes_it(tmp_path, monkeypatch):
+    """On an H200 BERT-base's patched step gave one result in 10 runs, and under XLA's fusion switch 2 of 100 differed:
+    a patch planted to slip once, at its tenth call (its first is verify's warm-up), passes 3 runs and fails
+    --confirm-runs 20."""
+    calls = [0]
+
+    def slip(x):
+        calls[0] += 1
+        return (x + np.float32(1e-3 if calls[0] == 10 else 0.0)).astype(np.float32)
+
+    def build(ctx, x):
+        return [tf.ensure_shape(tf.numpy_function(slip, [x], tf.float32), [4])]
+
+    monkeypatch.setitem(PATCHES, "PyFunc", Patch("PyFunc", build, "test only: slips once"))
+    script = write_script(tmp_path, "model_step", JITTER)
+    code, variants, record = verify(script, tmp_path, patch="jitter", switches=False, confirm_runs=0,
+                                    timing_runs=0)
+    assert code == 0 and variants.loc[PATCHED, "runs"] == 3 and record["confirm_runs"] == 0
+    calls[0] = 0
+    code, variants, record = verify(script, tmp_path, patch="jitter", switches=False, confirm_runs=20,
+                                    timing_runs=0)
+    assert code == 1 and record["confirm_runs"] == 20
+    assert variants.loc[PATCHED, "runs"] == 20 and variants.loc[PATCHED, "distinct"] == 2
+    assert variants.loc[PLAIN, "runs"] == 3  # seen to vary in its first runs: not run on
+
+
 FROM_STEP_3 = """
 w = tf.Variable(tf.ones([4]), name="w")
 
@@ -739,8 +783,8 @@ def test_a_variant_whose_step_skips_the_update_the_plain_step_makes_is_marked_an
             scale.assign(scale / 2)  # mixed precision's update skipped: only the scale moves
         return weights + 0.0
 
-    plain = measure(lambda: step(True), (), restore, lambda out: repr(out.numpy()), variables, 3)
-    skipping = measure(lambda: step(False), (), restore, lambda out: repr(out.numpy()), variables, 3)
+    plain = measure(lambda: step(True), restore, lambda out: repr(out.numpy()), variables, 3)
+    skipping = measure(lambda: step(False), restore, lambda out: repr(out.numpy()), variables, 3)
     assert plain.unchanged == ["loss_scale"] and skipping.unchanged == ["dense/kernel"]
     v = _variant(GLOBAL, "", skipping, plain)
     assert v.reproducible and v.unlike_plain == ["dense/kernel", "loss_scale"]
@@ -765,11 +809,11 @@ def test_the_patch_under_xlas_switches_runs_in_children_that_keep_the_users_xla_
     monkeypatch.setattr(verifying, "_xla_switched", lambda step: True)
     monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=3")  # the user's own (the default)
     code, variants, record = verify(script, tmp_path, patch="ResourceScatterAdd,UnsortedSegmentSum", runs=2,
-                                    timing_runs=0)
+                                    confirm_runs=4, timing_runs=0)
     ran = {v["name"]: v for v in record["variants"]}
-    for flag in XLA_SWITCHES:
+    for flag in XLA_SWITCHES:  # each alike in its 2 runs, and on to 4 in its own process
         v = ran[f"{PATCHED} + XLA_FLAGS={flag}"]
-        assert (v["error"], v["patched"], v["env"], v["runs"]) == ("", True, {"XLA_FLAGS": flag}, 2)
+        assert (v["error"], v["patched"], v["env"], v["runs"]) == ("", True, {"XLA_FLAGS": flag}, 4)
     children = [line.split() for line in log.read_text().splitlines()[1:]]  # the first line is this process's
     # each switch last (XLA takes the last of a flag given twice), after the user's own flags, which stay first
     assert [c[-1] for c in children if c[-1] in XLA_SWITCHES] == list(XLA_SWITCHES)

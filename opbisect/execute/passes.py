@@ -111,10 +111,10 @@ class VariantPass:
         return (tuple(runner.output_fps(tf.nest.flatten(outputs, expand_composites=True))),
                 tuple(sorted(runner.state_fps().items())))
 
-    def run(self, runs: int) -> Measured:
-        """`runs` runs, each from the bench's state; times per step."""
-        done = measure(self.one_run, (), self.bench.start.restore, self.fingerprint,
-                       self.bench.runner.trace.variables, runs)
+    def run(self, runs: int, confirm: int = 0) -> Measured:
+        """`runs` runs, each from the bench's state, on to `confirm` in all where they agree; times per step."""
+        done = measure(self.one_run, self.bench.start.restore, self.fingerprint,
+                       self.bench.runner.trace.variables, runs, confirm)
         done.times = [t / len(self.batches) for t in done.times]
         return done
 

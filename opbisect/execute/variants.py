@@ -97,20 +97,23 @@ def difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray]):
     return of_source([[a[n], b[n]] for n in names])
 
 
-def measure(call: Callable, args: tuple, restore: Callable, fingerprint: Callable, variables: dict,
-            runs: int) -> Measured:
-    """`call(*args)` `runs` times, each from `restore()`; `fingerprint(outputs)` gives a run's comparable result."""
+def measure(call: Callable, restore: Callable, fingerprint: Callable, variables: dict, runs: int,
+            confirm: int = 0) -> Measured:
+    """`call()` `runs` times, each from `restore()`, and where those all agree on to `confirm` runs in all (a rare
+    variation hides in a few runs); `fingerprint(outputs)` gives a run's comparable result."""
     import tensorflow as tf
 
     out = Measured()
     try:
         restore()
         start = {k: np.asarray(v.numpy()) for k, v in sorted(variables.items())}
-        tf.nest.map_structure(lambda t: t, call(*args))  # warm-up: traces, compiles, autotunes
+        tf.nest.map_structure(lambda t: t, call())  # warm-up: traces, compiles, autotunes
         tf.test.experimental.sync_devices()
-        for _ in range(runs):
+        for k in range(max(runs, confirm)):
+            if k == runs and len(set(out.results)) > 1:  # already seen to vary: nothing to confirm
+                break
             restore()
-            outputs, seconds = _timed(call, args)
+            outputs, seconds = _timed(call, ())
             out.times.append(seconds)
             out.results.append(fingerprint(outputs))
             values = values_after(outputs, variables)

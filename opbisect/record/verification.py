@@ -18,9 +18,9 @@ import dataclasses
 
 from ..errors import EXIT_CLEAN, EXIT_FOUND
 
-VERIFY_VERSION = 5  # 2: each variant's timed steps and its ratio's interval; 3: `autotuned`, `steps`;
+VERIFY_VERSION = 6  # 2: each variant's timed steps and its ratio's interval; 3: `autotuned`, `steps`;
 # 4: each variant's configuration as data (`patched`, `switches`, `global_switch`); 5: `env` (XLA's own switch),
-# `unlike_plain`
+# `unlike_plain`; 6: `confirm_runs` (a variant's runs can outnumber `runs`)
 PLAIN, PATCHED, GLOBAL, CPU_REFERENCE = "plain", "patched", "global switch", "cpu reference"
 
 # XLA's switches for the ops it compiles, each tried by verify under the patch where XLA compiles the step on a GPU
@@ -98,6 +98,7 @@ class Verification:
     recommendation: str = ""  # the cheapest reproducible variant's name ("" when none is)
     timing_runs: int = 0  # steps of each variant timed after its runs (0: the runs were timed)
     steps: int = 1  # consecutive steps per run, from the data's first batch (times are per step)
+    confirm_runs: int = 0  # a variant alike in its `runs` ran on to this many in all (0: none did)
     version: int = VERIFY_VERSION
 
     def variant(self, name: str) -> Variant | None:
