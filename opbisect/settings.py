@@ -93,9 +93,9 @@ CONFIRM_RUNS = 100
 
 
 def _confirm_runs():
-    return option(CONFIRM_RUNS, "a variant whose --runs runs all agree runs on to this many in all before it counts "
-                                f"as reproducible, where a rarer variation shows (default {CONFIRM_RUNS}; 0: --runs "
-                                "only); the CPU reference does not", minimum=0)
+    return option(CONFIRM_RUNS, "verify: a variant whose first runs all agree runs on to this many in all before it "
+                                f"counts as reproducible, where a rarer variation shows (default {CONFIRM_RUNS}; 0: "
+                                "the first runs only); the CPU reference does not", minimum=0)
 
 
 def _check_seed(seed: str) -> None:
