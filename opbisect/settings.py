@@ -292,6 +292,11 @@ class VerifySettings(StepOptions):
         if not self.patch:
             raise UsageError("verify needs --patch: a report's sources.csv, or op types or op names")
 
+    @property
+    def confirming(self) -> int:
+        """The runs a variant alike in its --runs runs on to in all (0: none: --confirm-runs is not above --runs)."""
+        return self.confirm_runs if self.confirm_runs > self.runs else 0
+
 
 def _check_max_runs(runs: int, max_runs: int) -> None:
     from .errors import UsageError

@@ -125,7 +125,7 @@ def _measured_in_turn(step: _Step, calls: list, settings: VerifySettings) -> lis
     from .execute.passes import timed_in_turn
 
     passes = [step.variant(c) for c in calls]
-    confirm = 0 if settings.variant == "cpu" else settings.confirm_runs
+    confirm = 0 if settings.variant == "cpu" else settings.confirming
     measured = [p.run(settings.runs, confirm) for p in passes]
     timed_in_turn(passes, measured, settings.timing_runs)
     return measured
@@ -182,7 +182,7 @@ def experiment(settings: VerifySettings) -> Verification:
                         patch=settings.patch, runs=settings.runs, replaced=patched.replaced, skipped=patched.skipped,
                         renamed=choice.renamed, not_ops=choice.not_ops, plain_spread=plain.spread, variants=variants,
                         recommendation=decide(variants), timing_runs=settings.timing_runs, steps=settings.steps,
-                        confirm_runs=settings.confirm_runs if settings.confirm_runs > settings.runs else 0)
+                        confirm_runs=settings.confirming)
 
 
 def _in_process(settings: VerifySettings, step: _Step, choice) -> tuple[list[tuple], object, object]:

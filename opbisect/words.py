@@ -19,6 +19,11 @@ def printable(text: str) -> str:
     return _CONTROL.sub("", text)
 
 
+def confirmed_on(runs: int) -> str:
+    """verify's runs past --runs (settings.VerifySettings.confirming), after "N runs of each variant"; "" for none."""
+    return f" (those alike in all of them on to {runs})" if runs else ""
+
+
 def ruled_out(bound: float, trials: str = "runs") -> str:
     """A bound on a rate of firing (record.model.rate_bound), in words: 'a difference firing in over 14% of runs is
     ruled out at 95%'. Two significant figures: a long user's test rules out rates near 1%."""

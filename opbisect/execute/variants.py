@@ -110,7 +110,7 @@ def measure(call: Callable, restore: Callable, fingerprint: Callable, variables:
         tf.nest.map_structure(lambda t: t, call())  # warm-up: traces, compiles, autotunes
         tf.test.experimental.sync_devices()
         for k in range(max(runs, confirm)):
-            if k == runs and len(set(out.results)) > 1:  # already seen to vary: nothing to confirm
+            if k == runs and out.distinct > 1:  # already seen to vary: nothing to confirm
                 break
             restore()
             outputs, seconds = _timed(call, ())

@@ -31,6 +31,7 @@ from ..record.model import CSV_COLUMNS, Record
 from ..record.verification import Verification
 from ..report.fix_view import round_line
 from ..settings import FixSettings, TraceSettings, VerifySettings, shared
+from ..words import confirmed_on
 from . import plan as decide
 
 
@@ -125,7 +126,8 @@ class FixDriver:
     def verify(self) -> Verification:
         s = self.settings
         settings = shared(s, VerifySettings, patch=str(self.patch_csv), runs=s.verify_runs, out=self.staging / "verify")
-        self.say(f"verify: --patch {FIX_CSV_NAME} ({len(self.rows)} op(s)), {s.verify_runs} runs of each variant")
+        self.say(f"verify: --patch {FIX_CSV_NAME} ({len(self.rows)} op(s)), {s.verify_runs} runs of each variant"
+                 f"{confirmed_on(settings.confirming)}")
         children.verdict(children.run(children.command_line("verify", settings.to_argv()), dict(os.environ)),
                          "verify")
         return store.load_verification(settings.out / f"{s.script.stem}-verify")

@@ -14,7 +14,7 @@ import pandas as pd
 from ..record import store
 from ..record.model import rate_bound
 from ..record.verification import PATCHED, PLAIN, XLA_FLAGS, XLA_SWITCHES, Verification
-from ..words import listed, printable, ruled_out
+from ..words import confirmed_on, listed, printable, ruled_out
 
 RECORD = store.VERIFY_RECORD
 CSV = "variants.csv"
@@ -84,8 +84,8 @@ def _timing(v: Verification) -> str:
 
 def lines(v: Verification, written: Path | None = None) -> list[str]:
     each = f" ({v.steps} consecutive steps each, from the data's first batch)" if v.steps > 1 else ""
-    on = f" (those alike in all of them on to {v.confirm_runs})" if v.confirm_runs else ""
-    out = [f"opbisect verify {v.script} --patch {v.patch}: {v.runs} runs of each variant{on}{each} on {v.device}",
+    out = [f"opbisect verify {v.script} --patch {v.patch}: {v.runs} runs of each variant{confirmed_on(v.confirm_runs)}"
+           f"{each} on {v.device}",
            f"replaced {len(v.replaced)} op(s): {listed(v.replaced) or 'none'}"]
     out += [f"matched by structure: {named} is {op} here (scopes renumbered)" for named, op in v.renamed.items()]
     out += [f"not replaced: {op}: {why}" for op, why in v.skipped.items()]
@@ -99,9 +99,10 @@ def lines(v: Verification, written: Path | None = None) -> list[str]:
     if reference is not None and not reference.error:
         out.append(f"{reference.name}: a yardstick for the numbers (its own summation order), never recommended")
     out += _recommendation(v)
+    runs = v.variant(v.fixed_by).runs if v.fixed_by else 0
     out.append(f"the patched step is bitwise reproducible ({v.fixed_by}; exit {v.exit_code}); "
-               f"{ruled_out(rate_bound(v.variant(v.fixed_by).runs))} ({v.variant(v.fixed_by).runs} runs; more, by "
-               f"--confirm-runs, rule out rarer ones)" if v.fixed_by else
+               f"{ruled_out(rate_bound(runs))} ({runs} runs; more, by --confirm-runs, rule out rarer ones)"
+               if v.fixed_by else
                f"the patched step is NOT bitwise reproducible (exit {v.exit_code})")
     if written is not None:
         out.append(f"report: {written}")
