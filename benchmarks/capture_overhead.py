@@ -5,6 +5,8 @@ For one target script (default: the BERT-like step) it times, in this process:
   instrumented  the step with its tensors tapped (what `opbisect trace` runs: every tensor but the element-wise
                 ops' outputs, which what feeds them fixes; `--taps lean,all` times every tensor tapped beside), one call
   trace         a whole `opbisect trace` with N runs, against N plain steps
+Each step is timed in a block of calls, then each instrumented form again in turn with the plain step, call by call
+(the ratio of medians and its 95% interval): the blocks drift apart by a few percent on a GPU.
 and, with --debugger, TF Debugger V2 (`tf.debugging.experimental.enable_dump_debug_info`) in the modes given,
 each in a fresh process that times its own plain step first, so every ratio compares two timings taken in
 the same process.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,7 +34,7 @@ GRAPPLER_OFF: list[str] = []  # grappler passes turned off in every process (--g
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from timing import timed  # noqa: E402 - benchmarks/, the script's folder, is on sys.path
+from timing import in_turn, timed  # noqa: E402 - benchmarks/, the script's folder, is on sys.path
 
 
 def sync_outputs(result) -> None:
@@ -98,6 +101,8 @@ def measure_capture(script: Path, device: str, repeats: int, runs: int, choices:
     variants["no taps"] = {"name": "the step re-imported from its GraphDef, nothing tapped", "ms": seconds * 1e3,
                            "ratio": seconds / plain, "first_call_s": None}
     plain_again = timed(steps["plain"], repeats, sync_outputs)  # drift check
+    for key, v in variants.items():  # each against the plain step call by call: the blocks above drift apart
+        v["in_turn"] = ratio_in_turn(steps["plain"], steps[key], repeats)
     if profile:  # where the added time lands on the device (the wall time per call is in the table above)
         from benchmarks.device_profile import compared, kernel_times
 
@@ -115,6 +120,17 @@ def measure_capture(script: Path, device: str, repeats: int, runs: int, choices:
             "plain_ms": plain * 1e3, "plain_again_ms": plain_again * 1e3, "ops": len(trace.graph),
             "runs": runs, "trace_s": whole, "n_plain_steps_s": runs * plain,
             "trace_over_plain_steps": whole / (runs * plain) if whole else None}
+
+
+def ratio_in_turn(plain, step, repeats: int) -> dict:
+    """`step` against `plain`, the two called in turn `repeats` times: the ratio of their medians and its 95%
+    bootstrap interval (verify's rule: `opbisect.execute.variants.ratio_interval`)."""
+    from opbisect.execute.variants import ratio_interval
+
+    base, times = in_turn([plain, step], repeats, sync_outputs)
+    low, high = ratio_interval(times, base) or (None, None)
+    return {"plain_ms": statistics.median(base) * 1e3, "ms": statistics.median(times) * 1e3,
+            "ratio": statistics.median(times) / statistics.median(base), "low": low, "high": high}
 
 
 def _bytes(graph, tid: str) -> int:
@@ -208,6 +224,11 @@ def main() -> None:
         first = f"first call {v['first_call_s']:.1f} s; " if v["first_call_s"] is not None else ""
         tapped = f"{v['taps']} taps, {v['tapped_MB']:.0f} MB; " if "taps" in v else ""
         print(f"{'instrumented, ' + key:<44}{v['ms']:>10.2f}{v['ratio']:>8.2f}   ({tapped}{first}{v['name']})")
+    for key, v in c["variants"].items():
+        t = v["in_turn"]
+        interval = f"95%: {t['low']:.2f}-{t['high']:.2f}; " if t["low"] is not None else ""
+        print(f"{'in turn with the plain step, ' + key:<44}{t['ms']:>10.2f}{t['ratio']:>8.2f}   "
+              f"({interval}the plain step {t['plain_ms']:.2f} ms, {a.repeats} calls of each, alternating)")
     for d in result["debugger"]:
         if "error" in d:
             print(f"TF Debugger V2 {d['mode']}: failed: {d['error']}")

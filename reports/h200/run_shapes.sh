@@ -57,6 +57,9 @@
 #   bash reports/h200/run_shapes.sh plain100  # two fresh probes of 100 steps, the patch alone: the user's test by hand
 #   bash reports/h200/run_shapes.sh lease23   # the next lease: on an H200 h200_goals; the fix from the script (its
 #                                             # user's test 100 steps); a trace of 400 runs under the fusion switch
+#   bash reports/h200/run_shapes.sh lease24   # the next lease: on an H200 leanonly (capture in blocks and in turn);
+#                                             # the compiled step's float atomics; the fix from the script (its
+#                                             # user's test 100 steps); a trace of 400 runs under the fusion switch
 #   bash reports/h200/run_shapes.sh resize    # main's resize rows, the patch against the plain op
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
@@ -94,6 +97,19 @@ a, b = ([p.initial, *p.after] for p in map(store.load_probe, sys.argv[1:])); pri
     "$R/$2.json" "$R/$3.json"
 }
 on_h200() { grep -q H200 "$R/gpu.txt"; }
+atomics() {  # BERT-base mixed under the patch and the fusion switch, compiled once with XLA's dump (two runs, no
+  # timing): the census, then each kernel whose PTX adds floats atomically; the largest modules' HLO and PTX kept
+  local d=/root/xladump; rm -rf "$d"
+  OPBISECT_BERT=base XLA_FLAGS="$FUSION_OFF --xla_dump_to=$d --xla_dump_hlo_as_text" run atomics_verify 300 \
+    python3 -m opbisect verify examples/bert_like_fit_mixed.py --patch "$MIXED_PATCH" --runs 2 --timing-runs 0 \
+    --confirm-runs 0 --no-switches --cpu-reference off --fingerprint wsum --out /root/atomics
+  run dump_files 20 bash -c "ls $d | sed -E 's/.*[.]//' | sort | uniq -c; du -sh $d"
+  run census 60 python3 benchmarks/xla_census.py "$d" --top 8
+  run atomics 60 python3 benchmarks/xla_census.py "$d" --atomics
+  mkdir -p "$R/xladump"; local f
+  for f in $(ls -S "$d"/*after_optimizations.txt | head -2) $(ls -S "$d"/*.ptx | head -2); do gzip -c "$f" > "$R/xladump/${f##*/}.gz"; done
+  pack
+}
 xla_verify() {  # xla_verify NAME PATCH OUT: BERT-base mixed, the plain and patched step under $XLA_FLAGS (10 runs,
   # 10 timed steps, no switches)
   OPBISECT_BERT=base run "$1" 300 python3 -m opbisect verify examples/bert_like_fit_mixed.py --patch "$2" --runs 10 \
@@ -291,6 +307,13 @@ case $PHASE in
            OPBISECT_BERT=base fixed bert_like_fit_mixed 900  # the fix from the script, its user's test 100 steps
            # lease22's trace of 100 runs saw the step vary uninstrumented (2 runs in 100), not instrumented: its next
            OPBISECT_BERT=base XLA_FLAGS="$FUSION_OFF" run rare400 560 python3 -m opbisect trace \
+             examples/bert_like_fit_mixed.py --patch "$MIXED_PATCH" --runs 400 --no-fresh-check --no-replay \
+             --no-progress --out "$R/rare400" ;;
+  lease24) build
+           if on_h200; then bash "$0" leanonly; fi  # capture twice: in blocks, and now in turn with the plain step
+           atomics  # which of the compiled step's kernels add floats atomically, each with its TF op
+           OPBISECT_BERT=base fixed bert_like_fit_mixed 900  # the fix from the script, its user's test 100 steps
+           OPBISECT_BERT=base XLA_FLAGS="$FUSION_OFF" run rare400 450 python3 -m opbisect trace \
              examples/bert_like_fit_mixed.py --patch "$MIXED_PATCH" --runs 400 --no-fresh-check --no-replay \
              --no-progress --out "$R/rare400" ;;
   resize) run resize_main 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
