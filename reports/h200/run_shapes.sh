@@ -57,9 +57,11 @@
 #   bash reports/h200/run_shapes.sh plain100  # two fresh probes of 100 steps, the patch alone: the user's test by hand
 #   bash reports/h200/run_shapes.sh lease23   # the next lease: on an H200 h200_goals; the fix from the script (its
 #                                             # user's test 100 steps); a trace of 400 runs under the fusion switch
-#   bash reports/h200/run_shapes.sh lease24   # the next lease: on an H200 leanonly (capture in blocks and in turn);
-#                                             # the compiled step's float atomics; the fix from the script (its
-#                                             # user's test 100 steps); a trace of 400 runs under the fusion switch
+#   bash reports/h200/run_shapes.sh lease24   # the next lease: cuBLAS' fixed workspaces against the patched step's
+#                                             # rare variation (400 runs, two fresh 100-step runs); on an H200
+#                                             # leanonly (capture in blocks and in turn); the compiled step's float
+#                                             # atomics; the fix from the script (its user's test 100 steps); a
+#                                             # trace of 400 runs under the fusion switch
 #   bash reports/h200/run_shapes.sh resize    # main's resize rows, the patch against the plain op
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
@@ -110,10 +112,19 @@ atomics() {  # BERT-base mixed under the patch and the fusion switch, compiled o
   for f in $(ls -S "$d"/*after_optimizations.txt | head -2) $(ls -S "$d"/*.ptx | head -2); do gzip -c "$f" > "$R/xladump/${f##*/}.gz"; done
   pack
 }
-xla_verify() {  # xla_verify NAME PATCH OUT: BERT-base mixed, the plain and patched step under $XLA_FLAGS (10 runs,
-  # 10 timed steps, no switches)
+xla_verify() {  # xla_verify NAME PATCH OUT [VERIFY FLAGS]: BERT-base mixed, the plain and patched step under
+  # $XLA_FLAGS (10 runs, 10 timed steps, no switches)
   OPBISECT_BERT=base run "$1" 300 python3 -m opbisect verify examples/bert_like_fit_mixed.py --patch "$2" --runs 10 \
-    --timing-runs 10 --no-switches --cpu-reference off --fingerprint wsum --out "$3"
+    --timing-runs 10 --no-switches --cpu-reference off --fingerprint wsum --out "$3" "${@:4}"
+}
+cublas() {  # the patched step's rare variation under the fusion switch (2 runs in 100, lease22), 400 runs with and
+  # without cuBLAS' fixed workspaces (its docs: with more than one stream active it may pick other internals), then
+  # the user's test by hand under both (two fresh probes of 100 steps)
+  XLA_FLAGS="$FUSION_OFF" xla_verify confirm400 "$MIXED_PATCH" /root/confirm400 --confirm-runs 400
+  CUBLAS_WORKSPACE_CONFIG=:4096:8 XLA_FLAGS="$FUSION_OFF" xla_verify confirm400_ws "$MIXED_PATCH" /root/confirm400_ws \
+    --confirm-runs 400
+  for n in a b; do CUBLAS_WORKSPACE_CONFIG=:4096:8 XLA_FLAGS="$FUSION_OFF" probe "ws100$n" 100; done
+  apart ws100_apart ws100a ws100b
 }
 segments_main() {  # main's segment and scatter rows, each patch against the plain op
   run segments_main 400 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
@@ -310,6 +321,7 @@ case $PHASE in
              examples/bert_like_fit_mixed.py --patch "$MIXED_PATCH" --runs 400 --no-fresh-check --no-replay \
              --no-progress --out "$R/rare400" ;;
   lease24) build
+           cublas
            if on_h200; then bash "$0" leanonly; fi  # capture twice: in blocks, and now in turn with the plain step
            atomics  # which of the compiled step's kernels add floats atomically, each with its TF op
            OPBISECT_BERT=base fixed bert_like_fit_mixed 900  # the fix from the script, its user's test 100 steps
