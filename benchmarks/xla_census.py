@@ -8,9 +8,11 @@ experiment (XLA's switch on or off, verify's `XLA_FLAGS` variants).
     XLA_FLAGS="--xla_dump_to=DIR --xla_dump_hlo_as_text" python3 -m opbisect verify ... --no-switches
     python3 benchmarks/xla_census.py DIR          # one row per module, the largest first
     python3 benchmarks/xla_census.py DIR --atomics  # each kernel whose PTX adds floats atomically, its TF op
+    python3 benchmarks/xla_census.py DIR --scatters # each scatter fusion, its TF op, whether its indices are an iota
 
 A kernel whose PTX adds floats with atomics sums in whatever order its threads arrive: it can vary run to run in one
-process. cuBLAS' GEMMs are library calls, not in the PTX: the census counts them, --atomics cannot look inside.
+process, unless each element gets one add (a scatter whose indices are an iota: `iota indices`). cuBLAS' GEMMs are
+library calls, not in the PTX: the census counts them, --atomics cannot look inside.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ KINDS = {
     "select-and-scatter": r"\sselect-and-scatter\(",
     "cuBLAS GEMM": r'custom_call_target="__cublas\$gemm"',
     "cuBLASLt matmul": r'custom_call_target="__cublas\$lt\$matmul[^"]*"',
-    "Triton GEMM": r'"kind":"__triton_gemm"',
+    # a GEMM XLA hands to Triton: its fusion kind in older XLA, its instruction's name (gemm_fusion_dot.N) in TF 2.21's
+    "Triton GEMM": r'(?m)"kind":"__triton_gemm"|^\s*(?:ROOT\s+)?%?gemm_fusion[\w.\-]*\s*=',
     "Triton fusion": r'"kind":"__triton"',  # a softmax or normalization XLA hands to Triton
     "split-K > 1": r'"split_k":"([2-9]|\d\d+)"',
     "cuDNN conv": r'custom_call_target="__cudnn\$conv[^"]*"',
@@ -47,12 +50,17 @@ def census(folder: Path) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values("lines", ascending=False) if rows else pd.DataFrame()
 
 
-# a float add done atomically, in any of PTX's spellings (atom/red, .global, .relaxed.gpu, .noftz, packed halves)
-FLOAT_ATOMIC_ADD = re.compile(r"\b(?:atom|red)\.[\w.]*?add[\w.]*?\.(?:f16x2|bf16x2|f16|bf16|f32|f64)\b")
-COMPARE_AND_SWAP = re.compile(r"\batom\.[\w.]*?cas\.")  # the loop XLA writes for an atomic it has no instruction for
+# an atomic instruction (atom/red) with its qualifiers in whatever order PTX spells them (.global, .relaxed.gpu,
+# .noftz, a vector's .v4, the L2 cache hint): a float add where it has .add and a float type, a compare-and-swap (the
+# loop XLA writes for an atomic it has no instruction for) where it has .cas
+ATOMIC = re.compile(r"\b(?:atom|red)((?:\.[\w:]+)+)")
+FLOATS = {"f16", "bf16", "f16x2", "bf16x2", "f32", "f64"}
 ENTRY = re.compile(r"^\s*\.(?:visible\s+)?\.?entry\s+([\w$]+)\s*\(", re.M)
 HLO_LINE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*\S+.*?\b(\w[\w-]*)\(.*$", re.M)
 METADATA = re.compile(r'metadata=\{[^}]*?op_type="([^"]*)"[^}]*?op_name="([^"]*)"')
+CALLS = re.compile(r"\bcalls=%?([\w.\-]+)")
+COMPUTATION = re.compile(r"^%?([\w.\-]+)\s*\(.*?\)\s*->.*?\{\n(.*?)^\}", re.M | re.S)
+SCATTER_OPERANDS = re.compile(r"\sscatter\(([^)]*)\)")
 
 
 def kernels_with_atomics(ptx: str) -> dict[str, tuple[int, int]]:
@@ -60,22 +68,51 @@ def kernels_with_atomics(ptx: str) -> dict[str, tuple[int, int]]:
     starts = [(m.start(), m.group(1)) for m in ENTRY.finditer(ptx)] + [(len(ptx), "")]
     found = {}
     for (start, name), (end, _) in zip(starts, starts[1:]):
-        body = ptx[start:end]
-        adds, swaps = len(FLOAT_ATOMIC_ADD.findall(body)), len(COMPARE_AND_SWAP.findall(body))
+        qualifiers = [set(m.group(1).split(".")) for m in ATOMIC.finditer(ptx, start, end)]
+        adds = sum(1 for q in qualifiers if "add" in q and q & FLOATS)
+        swaps = sum(1 for q in qualifiers if "cas" in q)
         if adds or swaps:
             found[name] = (adds, swaps)
     return found
 
 
+def iota_indices(body: str) -> bool:
+    """Whether the scatter in a computation's text takes its indices from an iota: each index once, so each element
+    gets one atomic add and no order to vary in (Keras' position embedding: its ids are arange(length))."""
+    found = SCATTER_OPERANDS.search(body)
+    names = re.findall(r"%([\w.\-]+)", found.group(1)) if found else []
+    return len(names) > 1 and re.search(rf"^\s*%?{re.escape(names[1])}\s*=\s*\S+\s+iota\(", body, re.M) is not None
+
+
 def hlo_instructions(hlo: str) -> dict[str, dict]:
-    """Each instruction of an HLO text by its name as a kernel spells it ('.' and '-' as '_'): its opcode and the
-    TF op it came from (metadata), where it has them."""
+    """Each instruction of an HLO text by its name as a kernel spells it ('.' and '-' as '_'): its opcode, the TF op
+    it came from (metadata) where it has one, and whether a scatter it runs has an iota's indices."""
+    bodies = {m.group(1): m.group(2) for m in COMPUTATION.finditer(hlo)}
     table = {}
     for m in HLO_LINE.finditer(hlo):
-        meta = METADATA.search(m.group(0))
-        table[re.sub(r"[.\-]", "_", m.group(1))] = {"hlo": m.group(2), "op_type": meta.group(1) if meta else "",
-                                                     "op_name": meta.group(2) if meta else ""}
+        meta, calls = METADATA.search(m.group(0)), CALLS.search(m.group(0))
+        body = bodies.get(calls.group(1), "") if calls else m.group(0)
+        element = re.search(r"=\s*\(?(\w+)\[", m.group(0))  # a tuple's first element for a multi-output fusion
+        table[re.sub(r"[.\-]", "_", m.group(1))] = {"hlo": m.group(2), "type": element.group(1) if element else "",
+                                                     "op_type": meta.group(1) if meta else "",
+                                                     "op_name": meta.group(2) if meta else "",
+                                                     "iota indices": iota_indices(body), "line": m.group(0)}
     return table
+
+
+def scatters(folder: Path) -> pd.DataFrame:
+    """One row per fusion that runs a scatter, from the optimized HLO alone (no PTX): its TF op and whether its
+    indices are an iota."""
+    rows = []
+    for path in sorted(folder.glob("*after_optimizations.txt")):
+        module = path.name.split(".")[1].split("__XlaMustCompile")[0]
+        text = path.read_text(errors="replace")
+        bodies = {m.group(1): m.group(2) for m in COMPUTATION.finditer(text)}
+        for name, row in hlo_instructions(text).items():
+            called = CALLS.search(row.get("line", ""))
+            if row["hlo"] == "fusion" and called and SCATTER_OPERANDS.search(bodies.get(called.group(1), "")):
+                rows.append({"module": module, "kernel": name, **{k: v for k, v in row.items() if k != "line"}})
+    return pd.DataFrame(rows)
 
 
 def atomics(folder: Path) -> pd.DataFrame:
@@ -86,9 +123,9 @@ def atomics(folder: Path) -> pd.DataFrame:
         table = hlo_instructions(hlo.read_text(errors="replace")) if hlo else {}
         module = ptx.name.split(".")[1] if ptx.name.count(".") > 1 else ptx.stem
         for kernel, (adds, swaps) in kernels_with_atomics(ptx.read_text(errors="replace")).items():
-            known = table.get(kernel, {"hlo": "", "op_type": "", "op_name": ""})
+            known = table.get(kernel, {"hlo": "", "type": "", "op_type": "", "op_name": "", "iota indices": False})
             rows.append({"module": module.split("__XlaMustCompile")[0], "kernel": kernel, "float atomic adds": adds,
-                         "compare-and-swap": swaps, **known})
+                         "compare-and-swap": swaps, **{k: v for k, v in known.items() if k != "line"}})
     return pd.DataFrame(rows)
 
 
@@ -97,9 +134,10 @@ def main() -> None:
     parser.add_argument("folder", type=Path, help="the --xla_dump_to folder")
     parser.add_argument("--top", type=int, default=6, help="the largest modules shown")
     parser.add_argument("--atomics", action="store_true", help="the kernels whose PTX adds floats atomically")
+    parser.add_argument("--scatters", action="store_true", help="every scatter fusion, from the HLO alone")
     args = parser.parse_args()
-    if args.atomics:
-        table = atomics(args.folder)
+    if args.atomics or args.scatters:
+        table = atomics(args.folder) if args.atomics else scatters(args.folder)
         with pd.option_context("display.max_colwidth", 120, "display.width", 250):
             print(table.to_string(index=False) if len(table) else f"no float atomics in the PTX under {args.folder}")
         return
