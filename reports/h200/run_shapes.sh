@@ -62,6 +62,7 @@
 #                                             # leanonly (capture in blocks and in turn); the compiled step's float
 #                                             # atomics; the fix from the script (its user's test 100 steps); a
 #                                             # trace of 400 runs under the fusion switch
+#   bash reports/h200/run_shapes.sh lease25   # the next lease: lease24 after its cublas phase (run, on an H100)
 #   bash reports/h200/run_shapes.sh resize    # main's resize rows, the patch against the plain op
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
@@ -108,6 +109,7 @@ atomics() {  # BERT-base mixed under the patch and the fusion switch, compiled o
   run dump_files 20 bash -c "ls $d | sed -E 's/.*[.]//' | sort | uniq -c; du -sh $d"
   run census 60 python3 benchmarks/xla_census.py "$d" --top 8
   run atomics 60 python3 benchmarks/xla_census.py "$d" --atomics
+  run scatters 60 python3 benchmarks/xla_census.py "$d" --scatters
   mkdir -p "$R/xladump"; local f
   for f in $(ls -S "$d"/*after_optimizations.txt | head -2) $(ls -S "$d"/*.ptx | head -2); do gzip -c "$f" > "$R/xladump/${f##*/}.gz"; done
   pack
@@ -328,6 +330,10 @@ case $PHASE in
            OPBISECT_BERT=base XLA_FLAGS="$FUSION_OFF" run rare400 450 python3 -m opbisect trace \
              examples/bert_like_fit_mixed.py --patch "$MIXED_PATCH" --runs 400 --no-fresh-check --no-replay \
              --no-progress --out "$R/rare400" ;;
+  lease25) build  # lease24 after its cublas phase (run there on an H100: ../../h100/shapes/README.md#lease24)
+           if on_h200; then bash "$0" leanonly; fi
+           atomics  # its census now reads an atomic's qualifiers in any order
+           OPBISECT_BERT=base fixed bert_like_fit_mixed 900 ;;
   resize) run resize_main 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
             "$R/resize_main.json" --ops ResizeBilinearGrad --shapes '112 -> 56, 64 channels;224 -> 112, 3 channels' ;;
   lease18) build
