@@ -282,6 +282,7 @@ class VerifySettings(StepOptions):
     switches: bool = option(True, "do not run the global switch and the family switches (child processes)",
                             flag="--no-switches")
     cpu_reference: str = _cpu_reference()
+    progress: bool = option(True, "no line on stderr as each variant finishes", flag="--no-progress")
     variant: str = option("", "child: which switch this process runs under", choices=VARIANTS, hidden=True)
     exchange: Path = option(Path(), "child: the folder shared with the parent", hidden=True)
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -172,8 +174,11 @@ def experiment(settings: VerifySettings) -> Verification:
             raise UsageError("--patch names no op of this step")
         settings = dataclasses.replace(settings, steps=settings.steps or choice.through_step)  # the children too
         step.feed(settings.steps)
+        began, say = time.monotonic(), _progress(settings)
         measured, patched, plain = _in_process(settings, step, choice)
-        measured += _children(settings, step, plain, _switches(step, choice), _xla_switched(step))
+        for k, (v, _) in enumerate(measured):  # run in turn: the last line has their seconds
+            say(v, time.monotonic() - began if k == len(measured) - 1 else None)
+        measured += _children(settings, step, plain, _switches(step, choice), _xla_switched(step), say)
     variants = _against_reference([v for v, _ in measured], [m for _, m in measured])
     tuned = bool(autotuned_convolutions(step.trace.graph, step.kind == "gpu"))
     for v in variants:
@@ -183,6 +188,16 @@ def experiment(settings: VerifySettings) -> Verification:
                         renamed=choice.renamed, not_ops=choice.not_ops, plain_spread=plain.spread, variants=variants,
                         recommendation=decide(variants), timing_runs=settings.timing_runs, steps=settings.steps,
                         confirm_runs=settings.confirming)
+
+
+def _progress(settings: VerifySettings):
+    """say(variant, seconds): a line on stderr as each variant finishes (stdout keeps the answer), unless
+    --no-progress; a child says nothing (its parent does)."""
+    from .report.verify_view import finished
+
+    if not settings.progress or settings.variant:
+        return lambda variant, seconds: None
+    return lambda variant, seconds: print(finished(variant, seconds), file=sys.stderr, flush=True)
 
 
 def _in_process(settings: VerifySettings, step: _Step, choice) -> tuple[list[tuple], object, object]:
@@ -270,9 +285,10 @@ def _child_runs(settings: VerifySettings, switches: tuple[list[str], list[str]],
 
 
 def _children(settings: VerifySettings, step: _Step, plain, switches: tuple[list[str], list[str]],
-              xla: bool) -> list[tuple]:
+              xla: bool, say) -> list[tuple]:
     """(variant, measured) of each child process, each from the parent's starting state (`_child_runs`), and the
-    plain step on the CPU where the step runs on a GPU (or --cpu-reference on): the numerical reference."""
+    plain step on the CPU where the step runs on a GPU (or --cpu-reference on): the numerical reference. Each is
+    `say`d as it finishes."""
     reference = settings.cpu_reference == "on" or (settings.cpu_reference == "auto" and step.kind == "gpu")
     runs = _child_runs(settings, switches, xla)
     if not (runs or reference):
@@ -281,16 +297,24 @@ def _children(settings: VerifySettings, step: _Step, plain, switches: tuple[list
         exchange = Path(tmp)
         np.savez(exchange / "start.npz", *[np.asarray(v.numpy()) for v in step.snapshot.saved])
         (exchange / "start.json").write_text(json.dumps({"keys": sorted(step.snapshot.keys), "inputs": step.inputs}))
-        out = [_child_variant(settings, exchange, run, plain) for run in runs]
+        out = [_said(say, lambda run=run: _child_variant(settings, exchange, run, plain)) for run in runs]
         if reference:
             # The weighted sum digests the same bits alike on every device (the fused op computes it too), so
             # the child's inputs can be checked against the parent's; farmhash runs only on a CPU.
             same = "farmhash" if step.fingerprinter == "farmhash" else "wsum"
-            v, m = _child_variant(dataclasses.replace(settings, fingerprint=same), exchange,
-                                  _ChildRun("cpu", CPU_REFERENCE, _CPU_HOW, {}), plain)
+            v, m = _said(say, lambda: _child_variant(dataclasses.replace(settings, fingerprint=same), exchange,
+                                                     _ChildRun("cpu", CPU_REFERENCE, _CPU_HOW, {}), plain))
             v.reference = True
             out.append((v, m))
     return out
+
+
+def _said(say, run) -> tuple:
+    """`run()`'s (variant, measured), said with the seconds it took."""
+    began = time.monotonic()
+    v, m = run()
+    say(v, time.monotonic() - began)
+    return v, m
 
 
 _CPU_HOW = "the plain step on the CPU, in a fresh process: the numerical reference (not a remedy)"

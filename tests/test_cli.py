@@ -187,7 +187,7 @@ def test_every_verify_option_reaches_its_child_processes_unchanged():
     changed = VerifySettings(script=Path("a b/step.py"), patch="r/s.csv", runs=7, out=Path("o"), step_name="s",
                              inputs_name="i", device="cpu", fingerprint="wsum", switches=False, variant="global",
                              exchange=Path("/tmp/x"), cpu_reference="on", timing_runs=3, steps=4, at="call:2",
-                             script_args=("a", "--b"), confirm_runs=50)
+                             script_args=("a", "--b"), confirm_runs=50, progress=False)
     defaults = {f.name: f.default for f in dataclasses.fields(VerifySettings)}
     assert all(getattr(changed, k) != v for k, v in defaults.items() if k != "script")  # every option is set
     again = VerifySettings.from_namespace(parse(["verify", *changed.to_argv()]))

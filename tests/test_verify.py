@@ -72,6 +72,21 @@ def test_a_planted_culprit_inside_a_cond_inside_a_while_is_replaced_there_and_ve
     assert record["recommendation"] == PATCHED
 
 
+def test_verify_says_each_variant_on_stderr_as_it_finishes_and_not_with_no_progress(tmp_path, constant_random,
+                                                                                    capsys):
+    script = write_script(tmp_path, "model_step", NOISE_IN_COND_IN_WHILE)
+    _, variants, _ = verify(script, tmp_path, patch="RandomUniform", switches=False)
+    said = capsys.readouterr()
+    lines = [ln for ln in said.err.splitlines() if ln.startswith("verify: ")]
+    assert [ln.split(": ")[1] for ln in lines] == list(variants.index)  # each variant once, in the record's order
+    for line, (_, row) in zip(lines, variants.iterrows()):
+        same = "bitwise reproducible" if row["reproducible"] else f"{row['distinct']} distinct results"
+        assert f"{same} in {row['runs']} runs" in line
+    assert "verify: " not in said.out  # stdout keeps the answer alone
+    verify(script, tmp_path, patch="RandomUniform", switches=False, progress=False)
+    assert "verify: " not in capsys.readouterr().err
+
+
 def test_the_patched_step_computes_what_its_patch_says_in_the_body(tmp_path, constant_random):
     script = write_script(tmp_path, "model_step", NOISE_IN_COND_IN_WHILE)
     from opbisect.targets.loader import importable, load_target

@@ -125,7 +125,9 @@ class FixDriver:
     # -- verify ----------------------------------------------------------------------------------------------------
     def verify(self) -> Verification:
         s = self.settings
-        settings = shared(s, VerifySettings, patch=str(self.patch_csv), runs=s.verify_runs, out=self.staging / "verify")
+        # its progress lines would be kept with its output, unseen: the fix says its own
+        settings = shared(s, VerifySettings, patch=str(self.patch_csv), runs=s.verify_runs, out=self.staging / "verify",
+                          progress=False)
         self.say(f"verify: --patch {FIX_CSV_NAME} ({len(self.rows)} op(s)), {s.verify_runs} runs of each variant"
                  f"{confirmed_on(settings.confirming)}")
         children.verdict(children.run(children.command_line("verify", settings.to_argv()), dict(os.environ)),

@@ -52,6 +52,14 @@ def outcome(x) -> str:
     return same + (" (convolutions autotuned)" if x.autotuned else "")
 
 
+def finished(x, seconds: float | None) -> str:
+    """verify's progress line as a variant finishes (stderr): its outcome, runs and cost, and the seconds it took
+    (None: run in turn with another, whose line has them)."""
+    runs = f" in {x.runs} runs, {cost(x)}" if not x.error else ""
+    took = f" ({seconds:.0f} s)" if seconds is not None else ""
+    return f"verify: {x.name}: {outcome(x)}{runs}{took}"
+
+
 def _row(x, width: int) -> str:
     if x.error:
         return f"  {x.name:<{width}} {outcome(x)}"
