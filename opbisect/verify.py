@@ -39,14 +39,13 @@ from .record.verification import (
     Verification,
     decide,
 )
+from .report import verify_view
 from .settings import VerifySettings
 
 _GLOBAL_HOW = "tf.config.experimental.enable_op_determinism(), in a fresh process"
 
 
 def run_verify(settings: VerifySettings, echo=print) -> int:
-    from .report import verify_view
-
     settings.validate()
     if settings.variant:
         return _child(settings)
@@ -175,9 +174,10 @@ def experiment(settings: VerifySettings) -> Verification:
         settings = dataclasses.replace(settings, steps=settings.steps or choice.through_step)  # the children too
         step.feed(settings.steps)
         began, say = time.monotonic(), _progress(settings)
+        say(verify_view.starting(settings.runs, settings.confirming, settings.timing_runs))
         measured, patched, plain = _in_process(settings, step, choice)
         for k, (v, _) in enumerate(measured):  # run in turn: the last line has their seconds
-            say(v, time.monotonic() - began if k == len(measured) - 1 else None)
+            say(verify_view.finished(v, time.monotonic() - began if k == len(measured) - 1 else None))
         measured += _children(settings, step, plain, _switches(step, choice), _xla_switched(step), say)
     variants = _against_reference([v for v, _ in measured], [m for _, m in measured])
     tuned = bool(autotuned_convolutions(step.trace.graph, step.kind == "gpu"))
@@ -191,13 +191,11 @@ def experiment(settings: VerifySettings) -> Verification:
 
 
 def _progress(settings: VerifySettings):
-    """say(variant, seconds): a line on stderr as each variant finishes (stdout keeps the answer), unless
+    """say(line): a line on stderr as verify starts and as each variant finishes (stdout keeps the answer), unless
     --no-progress; a child says nothing (its parent does)."""
-    from .report.verify_view import finished
-
     if not settings.progress or settings.variant:
-        return lambda variant, seconds: None
-    return lambda variant, seconds: print(finished(variant, seconds), file=sys.stderr, flush=True)
+        return lambda line: None
+    return lambda line: print(line, file=sys.stderr, flush=True)
 
 
 def _in_process(settings: VerifySettings, step: _Step, choice) -> tuple[list[tuple], object, object]:
@@ -313,7 +311,7 @@ def _said(say, run) -> tuple:
     """`run()`'s (variant, measured), said with the seconds it took."""
     began = time.monotonic()
     v, m = run()
-    say(v, time.monotonic() - began)
+    say(verify_view.finished(v, time.monotonic() - began))
     return v, m
 
 

@@ -77,7 +77,8 @@ def test_verify_says_each_variant_on_stderr_as_it_finishes_and_not_with_no_progr
     script = write_script(tmp_path, "model_step", NOISE_IN_COND_IN_WHILE)
     _, variants, _ = verify(script, tmp_path, patch="RandomUniform", switches=False)
     said = capsys.readouterr()
-    lines = [ln for ln in said.err.splitlines() if ln.startswith("verify: ")]
+    first, *lines = [ln for ln in said.err.splitlines() if ln.startswith("verify: ")]
+    assert f"{variants.loc[PLAIN, 'runs']} runs each" in first  # said before they run
     assert [ln.split(": ")[1] for ln in lines] == list(variants.index)  # each variant once, in the record's order
     for line, (_, row) in zip(lines, variants.iterrows()):
         same = "bitwise reproducible" if row["reproducible"] else f"{row['distinct']} distinct results"

@@ -52,6 +52,13 @@ def outcome(x) -> str:
     return same + (" (convolutions autotuned)" if x.autotuned else "")
 
 
+def starting(runs: int, confirming: int, timing_runs: int) -> str:
+    """verify's first progress line (stderr): what the plain and the patched step run, before they start."""
+    on = f" (on to {confirming} where alike)" if confirming else ""
+    timed = f", then {timing_runs} timed steps each, in turn" if timing_runs else ""
+    return f"verify: the plain and the patched step, {runs} runs each{on}{timed}"
+
+
 def finished(x, seconds: float | None) -> str:
     """verify's progress line as a variant finishes (stderr): its outcome, runs and cost, and the seconds it took
     (None: run in turn with another, whose line has them)."""
