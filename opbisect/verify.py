@@ -39,13 +39,14 @@ from .record.verification import (
     Verification,
     decide,
 )
-from .report import verify_view
 from .settings import VerifySettings
 
 _GLOBAL_HOW = "tf.config.experimental.enable_op_determinism(), in a fresh process"
 
 
 def run_verify(settings: VerifySettings, echo=print) -> int:
+    from .report import verify_view  # here, not above: a child (a switch's run) needs no view, nor pandas
+
     settings.validate()
     if settings.variant:
         return _child(settings)
@@ -164,6 +165,7 @@ def _variant(name: str, how: str, measured, plain=None, comparable: bool = True,
 def experiment(settings: VerifySettings) -> Verification:
     from .execute.preflight import autotuned_convolutions
     from .patches.selection import choose
+    from .report import verify_view
     from .targets.loader import importable
 
     with importable(settings.script):
@@ -309,6 +311,8 @@ def _children(settings: VerifySettings, step: _Step, plain, switches: tuple[list
 
 def _said(say, run) -> tuple:
     """`run()`'s (variant, measured), said with the seconds it took."""
+    from .report import verify_view
+
     began = time.monotonic()
     v, m = run()
     say(verify_view.finished(v, time.monotonic() - began))
