@@ -62,7 +62,8 @@
 #                                             # leanonly (capture in blocks and in turn); the compiled step's float
 #                                             # atomics; the fix from the script (its user's test 100 steps); a
 #                                             # trace of 400 runs under the fusion switch
-#   bash reports/h200/run_shapes.sh lease25   # the next lease: lease24 after its cublas phase (run, on an H100)
+#   bash reports/h200/run_shapes.sh lease25   # the next lease: lease24 after its cublas phase (run, on an H100),
+#                                             # with the GEMMs' autotuning off (400 runs, two fresh runs) first
 #   bash reports/h200/run_shapes.sh resize    # main's resize rows, the patch against the plain op
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
@@ -119,9 +120,17 @@ xla_verify() {  # xla_verify NAME PATCH OUT [VERIFY FLAGS]: BERT-base mixed, the
   OPBISECT_BERT=base run "$1" 300 python3 -m opbisect verify examples/bert_like_fit_mixed.py --patch "$2" --runs 10 \
     --timing-runs 10 --no-switches --cpu-reference off --fingerprint wsum --out "$3" "${@:4}"
 }
+gemms() {  # the suspects lease24 left: the GEMMs XLA's autotuner picks (the fusion switch leaves it on). With all
+  # autotuning off (lease19: one result in 10, 7x) 200 runs (400 ran past 200 s in lease24), then the user's test by
+  # hand (two fresh 100-step probes)
+  XLA_FLAGS="$FUSION_OFF --xla_gpu_autotune_level=0" xla_verify autotune0_200 "$MIXED_PATCH" /root/autotune0 \
+    --confirm-runs 200
+  for n in a b; do XLA_FLAGS="$FUSION_OFF --xla_gpu_autotune_level=0" probe "at0_100$n" 100; done
+  apart at0_100_apart at0_100a at0_100b
+}
 cublas() {  # the patched step's rare variation under the fusion switch (2 runs in 100, lease22), 400 runs with and
   # without cuBLAS' fixed workspaces (its docs: with more than one stream active it may pick other internals), then
-  # the user's test by hand under both (two fresh probes of 100 steps)
+  # the user's test by hand under the workspaces (two fresh probes of 100 steps)
   XLA_FLAGS="$FUSION_OFF" xla_verify confirm400 "$MIXED_PATCH" /root/confirm400 --confirm-runs 400
   CUBLAS_WORKSPACE_CONFIG=:4096:8 XLA_FLAGS="$FUSION_OFF" xla_verify confirm400_ws "$MIXED_PATCH" /root/confirm400_ws \
     --confirm-runs 400
@@ -333,6 +342,7 @@ case $PHASE in
   lease25) build  # lease24 after its cublas phase (run there on an H100: ../../h100/shapes/README.md#lease24)
            if on_h200; then bash "$0" leanonly; fi
            atomics  # its census now reads an atomic's qualifiers in any order
+           gemms
            OPBISECT_BERT=base fixed bert_like_fit_mixed 900 ;;
   resize) run resize_main 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
             "$R/resize_main.json" --ops ResizeBilinearGrad --shapes '112 -> 56, 64 channels;224 -> 112, 3 channels' ;;
