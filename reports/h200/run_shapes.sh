@@ -63,7 +63,7 @@
 #                                             # atomics; the fix from the script (its user's test 100 steps); a
 #                                             # trace of 400 runs under the fusion switch
 #   bash reports/h200/run_shapes.sh lease25   # the next lease: lease24 after its cublas phase (run, on an H100),
-#                                             # with the GEMMs' autotuning off (400 runs, two fresh runs) first
+#                                             # the GEMMs' autotuning off (200 runs, two fresh runs) before the fix
 #   bash reports/h200/run_shapes.sh resize    # main's resize rows, the patch against the plain op
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
