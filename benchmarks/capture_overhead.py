@@ -5,11 +5,11 @@ For one target script (default: the BERT-like step) it times, in this process:
   instrumented  the step with its tensors tapped (what `opbisect trace` runs: every tensor but the element-wise
                 ops' outputs, which what feeds them fixes; `--taps lean,all` times every tensor tapped beside), one call
   trace         a whole `opbisect trace` with N runs, against N plain steps
-Each step is timed in a block of calls, then each instrumented form again in turn with the plain step, call by call
-(the ratio of medians and its 95% interval): the blocks drift apart by a few percent on a GPU.
 and, with --debugger, TF Debugger V2 (`tf.debugging.experimental.enable_dump_debug_info`) in the modes given,
 each in a fresh process that times its own plain step first, so every ratio compares two timings taken in
 the same process.
+Each step is timed in a block of calls, then each instrumented form again in turn with the plain step, call by call
+(the ratio of medians and its 95% interval): the blocks drift apart by a few percent on a GPU.
 
     python benchmarks/capture_overhead.py [--script examples/bert_like.py] [--device cpu|gpu]
         [--repeats 30] [--runs 5] [--debugger NO_TENSOR,FULL_TENSOR]
