@@ -34,7 +34,7 @@ GRAPPLER_OFF: list[str] = []  # grappler passes turned off in every process (--g
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from timing import in_turn, timed  # noqa: E402 - benchmarks/, the script's folder, is on sys.path
+from timing import timed  # noqa: E402 - benchmarks/, the script's folder, is on sys.path
 
 
 def sync_outputs(result) -> None:
@@ -124,10 +124,11 @@ def measure_capture(script: Path, device: str, repeats: int, runs: int, choices:
 
 def ratio_in_turn(plain, step, repeats: int) -> dict:
     """`step` against `plain`, the two called in turn `repeats` times: the ratio of their medians and its 95%
-    bootstrap interval (verify's rule: `opbisect.execute.variants.ratio_interval`)."""
-    from opbisect.execute.variants import ratio_interval
+    bootstrap interval, timed as verify times its variants (`opbisect.execute.variants`: each call between device
+    syncs). Both have run before, in their blocks: nothing here traces or compiles."""
+    from opbisect.execute.variants import ratio_interval, time_steps
 
-    base, times = in_turn([plain, step], repeats, sync_outputs)
+    base, times = time_steps([plain, step], (), lambda: None, repeats)
     low, high = ratio_interval(times, base) or (None, None)
     return {"plain_ms": statistics.median(base) * 1e3, "ms": statistics.median(times) * 1e3,
             "ratio": statistics.median(times) / statistics.median(base), "low": low, "high": high}

@@ -18,17 +18,3 @@ def timed(fn, repeats: int, sync, warmup: int = 3) -> float:
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
 
-
-def in_turn(fns: list, repeats: int, sync, warmup: int = 3) -> list[list[float]]:
-    """Seconds of each call of each of `fns`, the functions called in turn `repeats` times (a drift of the machine's
-    speed, which moves one block of calls against the next, falls on all alike), after warm-up calls of each."""
-    for _ in range(warmup):
-        for fn in fns:
-            sync(fn())
-    samples: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeats):
-        for fn, out in zip(fns, samples):
-            start = time.perf_counter()
-            sync(fn())
-            out.append(time.perf_counter() - start)
-    return samples

@@ -86,7 +86,8 @@ def iota_indices(body: str) -> bool:
 
 def hlo_instructions(hlo: str) -> dict[str, dict]:
     """Each instruction of an HLO text by its name as a kernel spells it ('.' and '-' as '_'): its opcode, the TF op
-    it came from (metadata) where it has one, and whether a scatter it runs has an iota's indices."""
+    it came from (metadata) where it has one, whether it runs a scatter (itself, or in the computation it calls) and
+    whether that scatter has an iota's indices."""
     bodies = {m.group(1): m.group(2) for m in COMPUTATION.finditer(hlo)}
     table = {}
     for m in HLO_LINE.finditer(hlo):
@@ -96,7 +97,8 @@ def hlo_instructions(hlo: str) -> dict[str, dict]:
         table[re.sub(r"[.\-]", "_", m.group(1))] = {"hlo": m.group(2), "type": element.group(1) if element else "",
                                                      "op_type": meta.group(1) if meta else "",
                                                      "op_name": meta.group(2) if meta else "",
-                                                     "iota indices": iota_indices(body), "line": m.group(0)}
+                                                     "scatter": SCATTER_OPERANDS.search(body) is not None,
+                                                     "iota indices": iota_indices(body)}
     return table
 
 
@@ -106,12 +108,9 @@ def scatters(folder: Path) -> pd.DataFrame:
     rows = []
     for path in sorted(folder.glob("*after_optimizations.txt")):
         module = path.name.split(".")[1].split("__XlaMustCompile")[0]
-        text = path.read_text(errors="replace")
-        bodies = {m.group(1): m.group(2) for m in COMPUTATION.finditer(text)}
-        for name, row in hlo_instructions(text).items():
-            called = CALLS.search(row.get("line", ""))
-            if row["hlo"] == "fusion" and called and SCATTER_OPERANDS.search(bodies.get(called.group(1), "")):
-                rows.append({"module": module, "kernel": name, **{k: v for k, v in row.items() if k != "line"}})
+        rows += [{"module": module, "kernel": name, **row}
+                 for name, row in hlo_instructions(path.read_text(errors="replace")).items()
+                 if row["hlo"] == "fusion" and row["scatter"]]
     return pd.DataFrame(rows)
 
 
@@ -123,9 +122,10 @@ def atomics(folder: Path) -> pd.DataFrame:
         table = hlo_instructions(hlo.read_text(errors="replace")) if hlo else {}
         module = ptx.name.split(".")[1] if ptx.name.count(".") > 1 else ptx.stem
         for kernel, (adds, swaps) in kernels_with_atomics(ptx.read_text(errors="replace")).items():
-            known = table.get(kernel, {"hlo": "", "type": "", "op_type": "", "op_name": "", "iota indices": False})
+            known = table.get(kernel, {"hlo": "", "type": "", "op_type": "", "op_name": "", "scatter": False,
+                                       "iota indices": False})
             rows.append({"module": module.split("__XlaMustCompile")[0], "kernel": kernel, "float atomic adds": adds,
-                         "compare-and-swap": swaps, **{k: v for k, v in known.items() if k != "line"}})
+                         "compare-and-swap": swaps, **known})
     return pd.DataFrame(rows)
 
 
@@ -138,8 +138,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.atomics or args.scatters:
         table = atomics(args.folder) if args.atomics else scatters(args.folder)
+        none = "no float atomics in the PTX" if args.atomics else "no scatter fusion in the HLO"
         with pd.option_context("display.max_colwidth", 120, "display.width", 250):
-            print(table.to_string(index=False) if len(table) else f"no float atomics in the PTX under {args.folder}")
+            print(table.to_string(index=False) if len(table) else f"{none} under {args.folder}")
         return
     table = census(args.folder)
     print(table.head(args.top).to_string(index=False) if len(table) else f"no optimized HLO under {args.folder}")

@@ -54,9 +54,8 @@ def outcome(x) -> str:
 
 def starting(runs: int, confirming: int, timing_runs: int) -> str:
     """verify's first progress line (stderr): what the plain and the patched step run, before they start."""
-    on = f" (on to {confirming} where alike)" if confirming else ""
     timed = f", then {timing_runs} timed steps each, in turn" if timing_runs else ""
-    return f"verify: the plain and the patched step, {runs} runs each{on}{timed}"
+    return f"verify: the plain and the patched step, {runs} runs each{confirmed_on(confirming)}{timed}"
 
 
 def finished(x, seconds: float | None) -> str:
