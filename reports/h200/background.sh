@@ -20,6 +20,7 @@ case $1 in
     # The run's scripts and their Python children, by names no caller's command line holds (a pattern in the
     # caller's own line would end the caller too).
     pkill -f "[r]un_shapes"; pkill -f "[c]andidates_"; pkill -f "[c]heck_combine"; pkill -f "[c]heck_dense"
+    pkill -f "[p]ython3 -m opbisect"  # a fix's own children outlive the script that started them
     sleep 2; echo "stopped" ;;
   wait)
     # A machine that started no run here (a fresh one: the last went back while nothing called it) has nothing

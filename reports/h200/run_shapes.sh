@@ -62,8 +62,9 @@
 #                                             # leanonly (capture in blocks and in turn); the compiled step's float
 #                                             # atomics; the fix from the script (its user's test 100 steps); a
 #                                             # trace of 400 runs under the fusion switch
-#   bash reports/h200/run_shapes.sh lease25   # the next lease: lease24 after its cublas phase (run, on an H100),
-#                                             # the GEMMs' autotuning off (200 runs, two fresh runs) before the fix
+#   bash reports/h200/run_shapes.sh lease25   # the next lease: on an H200 leanonly, then lease24's atomics phase;
+#                                             # lease25b the GEMMs' autotuning off (200 runs, two fresh runs);
+#                                             # lease25c the fix from the script, its user's test 100 steps
 #   bash reports/h200/run_shapes.sh resize    # main's resize rows, the patch against the plain op
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
@@ -341,9 +342,9 @@ case $PHASE in
              --no-progress --out "$R/rare400" ;;
   lease25) build  # lease24 after its cublas phase (run there on an H100: ../../h100/shapes/README.md#lease24)
            if on_h200; then bash "$0" leanonly; fi
-           atomics  # its census now reads an atomic's qualifiers in any order
-           gemms
-           OPBISECT_BERT=base fixed bert_like_fit_mixed 900 ;;
+           atomics ;;  # its census now reads an atomic's qualifiers in any order
+  lease25b) build; gemms ;;  # in calls of their own, so that the census can decide which runs next
+  lease25c) build; OPBISECT_BERT=base fixed bert_like_fit_mixed 900 ;;
   resize) run resize_main 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
             "$R/resize_main.json" --ops ResizeBilinearGrad --shapes '112 -> 56, 64 channels;224 -> 112, 3 channels' ;;
   lease18) build
