@@ -344,6 +344,17 @@ case $PHASE in
            if on_h200; then bash "$0" leanonly; fi
            atomics ;;  # its census now reads an atomic's qualifiers in any order
   lease25b) build; gemms ;;  # in calls of their own, so that the census can decide which runs next
+  lease25d) build  # autotuning off gave one result (lease25b): which autotuner, and the plain step at no flag beside
+            XLA_FLAGS="" xla_verify default_plain "$MIXED_PATCH" /root/default_plain --runs 2 --confirm-runs 0
+            XLA_FLAGS="$FUSION_OFF --xla_gpu_enable_triton_gemm=false" xla_verify notriton200 "$MIXED_PATCH" \
+              /root/notriton200 --confirm-runs 200
+            XLA_FLAGS="--xla_gpu_exclude_nondeterministic_ops=true" xla_verify exclude200 "$MIXED_PATCH" \
+              /root/exclude200 --confirm-runs 200 ;;
+  lease25e) for n in a b; do XLA_FLAGS="$FUSION_OFF --xla_gpu_enable_triton_gemm=false" probe "nt100$n" 100; done
+            apart nt100_apart nt100a nt100b ;;  # the user's test by hand under Triton's GEMMs off
+  lease25f) R=/root/shapes/lease25e  # two more, beside lease25e's
+            for n in c d; do XLA_FLAGS="$FUSION_OFF --xla_gpu_enable_triton_gemm=false" probe "nt100$n" 100; done
+            apart nt100_apart_cd nt100c nt100d; apart nt100_apart_ac nt100a nt100c ;;
   lease25c) build; OPBISECT_BERT=base fixed bert_like_fit_mixed 900 ;;
   resize) run resize_main 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
             "$R/resize_main.json" --ops ResizeBilinearGrad --shapes '112 -> 56, 64 channels;224 -> 112, 3 channels' ;;
