@@ -26,7 +26,10 @@ PLAIN, PATCHED, GLOBAL, CPU_REFERENCE = "plain", "patched", "global switch", "cp
 # XLA's switches for the ops it compiles, each tried by verify under the patch where XLA compiles the step on a GPU
 # (XLA_FLAGS), narrowest first. Its fusion autotuner off: fusions keep XLA's default tiling, where it would time
 # candidates and keep the fastest (on an H100 the patched BERT-base mixed step gave 2 results in 10 without it and one
-# with it, twice, at the patch's own 1.07x: reports/h100/shapes/README.md#lease19). Its autotuning off: its default
+# with it, twice, at the patch's own 1.07x: reports/h100/shapes/README.md#lease19; on another H100, 2 in 10 with it,
+# and fresh runs parted about once in 70 steps: #lease24). With Triton's GEMMs off as well: every GEMM goes to cuBLAS,
+# none to a Triton kernel whose form XLA's autotuner picks (that step: one result in 200 runs and four fresh runs
+# alike through 100 steps, 1.06x the plain step under the same flags: #lease25). Its autotuning off: its default
 # kernels everywhere (cuBLAS' algorithms too), at 7x there. Its own deterministic ops (its docs/determinism.md):
 # scatters, GEMMs (cuBLAS without atomics), convolutions and attention in deterministic forms, and compilation refused
 # on select-and-scatter, which has none; a float scatter whose indices XLA cannot prove unique becomes a loop (35x).
@@ -35,12 +38,15 @@ XLA_FLAGS = "XLA_FLAGS"  # where the switches go: after the user's own flags, ne
 # last of a flag given twice): in verify's children and the user's test (tfcompat.with_xla_flags), the printed
 # command (record/fixing.run_command) and the lines to keep (fix/plan.keep_lines)
 XLA_NO_FUSION_AUTOTUNING = "--xla_gpu_experimental_enable_fusion_autotuner=false"
+XLA_NO_TRITON_GEMM = f"{XLA_NO_FUSION_AUTOTUNING} --xla_gpu_enable_triton_gemm=false"
 XLA_NO_AUTOTUNING = "--xla_gpu_autotune_level=0"
 XLA_DETERMINISTIC_OPS = "--xla_gpu_exclude_nondeterministic_ops=true"
 # each switch: what it does, and what still varied where the patched step varies and it does not
 XLA_SWITCHES = {
     XLA_NO_FUSION_AUTOTUNING: ("XLA's fusion autotuner off",
                                "a fusion's form XLA's fusion autotuner picks (by timing, in each process)"),
+    XLA_NO_TRITON_GEMM: ("XLA's fusion autotuner and Triton GEMMs off",
+                         "a GEMM XLA writes as a Triton kernel, in the form its autotuner picks (by timing)"),
     XLA_NO_AUTOTUNING: ("XLA's autotuning off", "a kernel XLA's autotuner picks (by timing, in each process)"),
     XLA_DETERMINISTIC_OPS: ("XLA's own deterministic ops",
                             "an op XLA compiles in a form that varies (a scatter, a GEMM with atomics, ...)"),
