@@ -2,7 +2,8 @@
 # A run longer than one device call (10 minutes): started in its own process session, which the device machine
 # lets run on while calls follow each other within its warm time (30 s), each call waiting on it for a while.
 #   bash reports/h200/background.sh start COMMAND...   # starts COMMAND; its packs go to /root/packs
-#   bash reports/h200/background.sh stop            # ends it (run_shapes.sh's steps)
+#   bash reports/h200/background.sh stop            # ends it (run_shapes.sh's steps); in a call of its own: it ends
+#                                                   # every process whose command line names run_shapes
 #   bash reports/h200/background.sh wait SECONDS [DIR] # waits until it ends or SECONDS pass, copies the packs to $OUT;
 #                                                      # DIR (its results so far, unfinished reports too) as live.tgz
 # A lease can end before the run does: pass DIR to every wait, so that what it reached comes back.
