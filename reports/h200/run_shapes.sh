@@ -65,6 +65,8 @@
 #   bash reports/h200/run_shapes.sh lease25   # the next lease: on an H200 leanonly, then lease24's atomics phase;
 #                                             # lease25b the GEMMs' autotuning off (200 runs, two fresh runs);
 #                                             # lease25c the fix from the script, its user's test 100 steps
+#   bash reports/h200/run_shapes.sh lease26   # the next lease: on an H200 leanonly, the Triton switch (200 runs, two
+#                                             # fresh runs); then the fix from the script
 #   bash reports/h200/run_shapes.sh resize    # main's resize rows, the patch against the plain op
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
@@ -91,6 +93,7 @@ CANDIDATE_OPS=${CANDIDATE_OPS:-UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,
 CANDIDATE_SHAPES=${CANDIDATE_SHAPES:-$SEGMENT_ROWS;112 -> 56, 64 channels;224 -> 112, 3 channels}
 MIXED_PATCH=reports/h100/shapes/lease19/bert_like_fit_mixed-fix/patch.csv  # the H200's two segment sums
 FUSION_OFF=--xla_gpu_experimental_enable_fusion_autotuner=false AUTOTUNED=/root/autotuned.textproto
+NO_TRITON="$FUSION_OFF --xla_gpu_enable_triton_gemm=false"  # verify's XLA_NO_TRITON_GEMM
 CACHE_DIR=--xla_gpu_per_fusion_autotune_cache_dir=/root/xla-autotune-cache
 probe() {  # probe NAME STEPS: BERT-base mixed under the patch in a fresh process, each step's digests to NAME.json
   OPBISECT_BERT=base run "$1" 240 python3 -m opbisect trace --patch "$MIXED_PATCH" --steps "$2" --probe "$R/$1.json" \
@@ -346,15 +349,24 @@ case $PHASE in
   lease25b) build; gemms ;;  # in calls of their own, so that the census can decide which runs next
   lease25d) build  # autotuning off gave one result (lease25b): which autotuner, and the plain step at no flag beside
             XLA_FLAGS="" xla_verify default_plain "$MIXED_PATCH" /root/default_plain --runs 2 --confirm-runs 0
-            XLA_FLAGS="$FUSION_OFF --xla_gpu_enable_triton_gemm=false" xla_verify notriton200 "$MIXED_PATCH" \
+            XLA_FLAGS="$NO_TRITON" xla_verify notriton200 "$MIXED_PATCH" \
               /root/notriton200 --confirm-runs 200
             XLA_FLAGS="--xla_gpu_exclude_nondeterministic_ops=true" xla_verify exclude200 "$MIXED_PATCH" \
               /root/exclude200 --confirm-runs 200 ;;
-  lease25e) for n in a b; do XLA_FLAGS="$FUSION_OFF --xla_gpu_enable_triton_gemm=false" probe "nt100$n" 100; done
+  lease25e) for n in a b; do XLA_FLAGS="$NO_TRITON" probe "nt100$n" 100; done
             apart nt100_apart nt100a nt100b ;;  # the user's test by hand under Triton's GEMMs off
   lease25f) R=/root/shapes/lease25e  # two more, beside lease25e's
-            for n in c d; do XLA_FLAGS="$FUSION_OFF --xla_gpu_enable_triton_gemm=false" probe "nt100$n" 100; done
+            for n in c d; do XLA_FLAGS="$NO_TRITON" probe "nt100$n" 100; done
             apart nt100_apart_cd nt100c nt100d; apart nt100_apart_ac nt100a nt100c ;;
+  lease26) build  # the next lease: on an H200 issue 42's capture goal, and the Triton switch there (one result in 200 on
+           # an H100, lease25); then on either card the fix from the script, which should end on it
+           if on_h200; then
+             bash "$0" leanonly
+             XLA_FLAGS="$NO_TRITON" xla_verify notriton200 "$MIXED_PATCH" /root/notriton200 --confirm-runs 200
+             for n in a b; do XLA_FLAGS="$NO_TRITON" probe "nt100$n" 100; done
+             apart nt100_apart nt100a nt100b
+           fi
+           OPBISECT_BERT=base fixed bert_like_fit_mixed 900 ;;
   lease25c) build; OPBISECT_BERT=base fixed bert_like_fit_mixed 900 ;;
   resize) run resize_main 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
             "$R/resize_main.json" --ops ResizeBilinearGrad --shapes '112 -> 56, 64 channels;224 -> 112, 3 channels' ;;
