@@ -756,11 +756,16 @@ def test_a_step_xla_compiles_on_a_gpu_gets_the_patch_under_xlas_switches_and_fix
                         skipped={}, renamed={}, not_ops={}, plain_spread=0.0, variants=variants,
                         recommendation=decide(variants))
     assert made.recommendation == f"{PATCHED} + {flag}" and made.exit_code == 0
-    pinned = [line for line in lines(made) if line.startswith("pinned by experiment")]
-    switches = (XLA_NO_FUSION_AUTOTUNING, XLA_NO_TRITON_GEMM, XLA_NO_AUTOTUNING, XLA_DETERMINISTIC_OPS)
-    assert [f for f in switches if any(f in p for p in pinned)] == list(switches)  # varied; under each it did not
+    def pinned():
+        return [line for line in lines(made) if line.startswith("pinned by experiment")]
+
+    # varied, and under each switch it did not: the narrowest says what varies (the wider ones turn off more)
+    assert len(pinned()) == 1 and f"under {XLA_NO_FUSION_AUTOTUNING} it does not" in pinned()[0]
+    variants[3].distinct = 2  # lease24's H100: under the fusion switch 2 results, with Triton's GEMMs off one
+    assert len(pinned()) == 1 and f"under {XLA_NO_TRITON_GEMM} it does not" in pinned()[0]
+    variants[3].distinct = 1
     variants[1].distinct = 1
-    assert not [line for line in lines(made) if line.startswith("pinned by experiment")]
+    assert not pinned()
     variants[1].distinct = 3
     recs = recommendations(RoundPlan(2, ops=("a",)), made, "/r/fix/patch.csv", Stop.NAMED_NOTHING)
     # the user's test tries them in turn, cheapest first, at most three: where fresh runs part under the fusion switch

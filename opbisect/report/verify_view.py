@@ -125,13 +125,17 @@ def lines(v: Verification, written: Path | None = None) -> list[str]:
 
 def _pinned(v: Verification) -> list[str]:
     """Where the patched step varied and gave one result under one of XLA's switches: what varies is in what XLA
-    compiled, and which switch stopped it says what kind of choice it is."""
+    compiled, and the narrowest switch that stopped it says what kind of choice it is (the wider ones turn off that
+    choice and more, so they say less)."""
     patched = v.variant(PATCHED)
     if patched is None or patched.reproducible or patched.error:
         return []
-    return [f"pinned by experiment: the patched step varies, and under {x.env[XLA_FLAGS]} it does not: what still "
-            f"varies is {XLA_SWITCHES[x.env[XLA_FLAGS]][1]}" for x in v.patched()
-            if x.env.get(XLA_FLAGS) in XLA_SWITCHES and x.reproducible]
+    stopped = {x.env[XLA_FLAGS] for x in v.patched() if x.env.get(XLA_FLAGS) in XLA_SWITCHES and x.reproducible}
+    narrowest = next((flag for flag in XLA_SWITCHES if flag in stopped), None)
+    if narrowest is None:
+        return []
+    return [f"pinned by experiment: the patched step varies, and under {narrowest} it does not: what still varies is "
+            f"{XLA_SWITCHES[narrowest][1]}"]
 
 
 def _recommendation(v: Verification) -> list[str]:
