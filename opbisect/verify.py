@@ -268,7 +268,8 @@ def _child_runs(settings: VerifySettings, switches: tuple[list[str], list[str]],
     some chosen op has instead of a rewrite; where XLA compiles the step on a GPU (`xla`), the patched step under
     each of XLA's switches. Under XLA what varies can be a kernel XLA picks, which capture cannot name: its taps
     change what XLA fuses and picks (BERT-base under mixed precision on an H100: the patched step gave 2-3 results
-    in 10, one with XLA's fusion autotuner off on one host; on another, one in 200 only with Triton's GEMMs off too)."""
+    in 10; one with XLA's fusion autotuner off on one host; on another, 2 in 10 with it and one in 200 with Triton's
+    GEMMs off too)."""
     if not settings.switches:
         return []
     families, needed = switches
