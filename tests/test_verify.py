@@ -771,6 +771,9 @@ def test_a_step_xla_compiles_on_a_gpu_gets_the_patch_under_xlas_switches_and_fix
     # the user's test tries them in turn, cheapest first, at most three: where fresh runs part under the fusion switch
     # (lease24's H100), Triton's GEMMs off as well is next
     assert [r.variant for r in recs] == [f"{PATCHED} + {flag}", f"{PATCHED} + XLA_FLAGS={XLA_NO_TRITON_GEMM}", GLOBAL]
+    assert recs[1].env == {"XLA_FLAGS": XLA_NO_TRITON_GEMM} and recs[1].patch == "/r/fix/patch.csv"
+    assert with_xla_flags({"XLA_FLAGS": "--mine"}, recs[1].env)["XLA_FLAGS"].split() == ["--mine",
+                                                                                         *XLA_NO_TRITON_GEMM.split()]
     rec = recs[0]
     assert rec.env == {"XLA_FLAGS": XLA_NO_FUSION_AUTOTUNING} and rec.patch == "/r/fix/patch.csv"
     assert rec.command("train.py", []).endswith(" opbisect run --patch /r/fix/patch.csv train.py")
