@@ -94,6 +94,7 @@ CANDIDATE_SHAPES=${CANDIDATE_SHAPES:-$SEGMENT_ROWS;112 -> 56, 64 channels;224 ->
 MIXED_PATCH=reports/h100/shapes/lease19/bert_like_fit_mixed-fix/patch.csv  # the H200's two segment sums
 FUSION_OFF=--xla_gpu_experimental_enable_fusion_autotuner=false AUTOTUNED=/root/autotuned.textproto
 NO_TRITON="$FUSION_OFF --xla_gpu_enable_triton_gemm=false"  # verify's XLA_NO_TRITON_GEMM
+AUTOTUNE_OFF="$FUSION_OFF --xla_gpu_autotune_level=0"
 CACHE_DIR=--xla_gpu_per_fusion_autotune_cache_dir=/root/xla-autotune-cache
 probe() {  # probe NAME STEPS: BERT-base mixed under the patch in a fresh process, each step's digests to NAME.json
   OPBISECT_BERT=base run "$1" 240 python3 -m opbisect trace --patch "$MIXED_PATCH" --steps "$2" --probe "$R/$1.json" \
@@ -127,9 +128,8 @@ xla_verify() {  # xla_verify NAME PATCH OUT [VERIFY FLAGS]: BERT-base mixed, the
 gemms() {  # the suspects lease24 left: the GEMMs XLA's autotuner picks (the fusion switch leaves it on). With all
   # autotuning off (lease19: one result in 10, 7x) 200 runs (400 ran past 200 s in lease24), then the user's test by
   # hand (two fresh 100-step probes)
-  XLA_FLAGS="$FUSION_OFF --xla_gpu_autotune_level=0" xla_verify autotune0_200 "$MIXED_PATCH" /root/autotune0 \
-    --confirm-runs 200
-  for n in a b; do XLA_FLAGS="$FUSION_OFF --xla_gpu_autotune_level=0" probe "at0_100$n" 100; done
+  XLA_FLAGS="$AUTOTUNE_OFF" xla_verify autotune0_200 "$MIXED_PATCH" /root/autotune0 --confirm-runs 200
+  for n in a b; do XLA_FLAGS="$AUTOTUNE_OFF" probe "at0_100$n" 100; done
   apart at0_100_apart at0_100a at0_100b
 }
 cublas() {  # the patched step's rare variation under the fusion switch (2 runs in 100, lease22), 400 runs with and
@@ -349,13 +349,12 @@ case $PHASE in
   lease25b) build; gemms ;;  # in calls of their own, so that the census can decide which runs next
   lease25d) build  # autotuning off gave one result (lease25b): which autotuner, and the plain step at no flag beside
             XLA_FLAGS="" xla_verify default_plain "$MIXED_PATCH" /root/default_plain --runs 2 --confirm-runs 0
-            XLA_FLAGS="$NO_TRITON" xla_verify notriton200 "$MIXED_PATCH" \
-              /root/notriton200 --confirm-runs 200
+            XLA_FLAGS="$NO_TRITON" xla_verify notriton200 "$MIXED_PATCH" /root/notriton200 --confirm-runs 200
             XLA_FLAGS="--xla_gpu_exclude_nondeterministic_ops=true" xla_verify exclude200 "$MIXED_PATCH" \
               /root/exclude200 --confirm-runs 200 ;;
   lease25e) for n in a b; do XLA_FLAGS="$NO_TRITON" probe "nt100$n" 100; done
             apart nt100_apart nt100a nt100b ;;  # the user's test by hand under Triton's GEMMs off
-  lease25f) R=/root/shapes/lease25e  # two more, beside lease25e's
+  lease25f) PHASE=lease25e R=/root/$NAME/lease25e  # two more, beside lease25e's (and packed with them)
             for n in c d; do XLA_FLAGS="$NO_TRITON" probe "nt100$n" 100; done
             apart nt100_apart_cd nt100c nt100d; apart nt100_apart_ac nt100a nt100c ;;
   lease26) build  # the next lease: on an H200 issue 42's capture goal, and the Triton switch there (one result in 200 on
