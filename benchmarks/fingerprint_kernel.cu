@@ -3,7 +3,8 @@
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/fingerprint_kernel benchmarks/fingerprint_kernel.cu && /tmp/fingerprint_kernel
 //
-// Two sets: one 2 GiB tensor, and the BERT-like base step's tapped outputs (4028 tensors, 6.7 GB: about 12.6 MB
+// Sets: one 2 GiB tensor, 64 tensors of 32 MB in int8, bfloat16 and int64 words (each width's full chunks), and the
+// BERT-like base step's tapped outputs (4028 tensors, 6.7 GB: about 12.6 MB
 // activations, 25 MB attention scores, 50 MB feed-forward, and many small ones), in launches of kBatch tensors as
 // the op makes them. Prints ms and GB/s (bytes read once) per form.
 #include <cuda_runtime.h>
@@ -18,8 +19,20 @@
 
 namespace opbisect {
 
-// The candidate: every load of a full chunk issued before the arithmetic (N 16-byte loads in flight per thread),
-// `Chunk` words a block. Chunks that are not full, or not 16-byte aligned, go through the op's own Sum.
+// The forms the op's kernel is measured against, in the op's frame (which tensor a block takes, the block's
+// reduction), copied rather than shared so that the op's file stays as it runs:
+// - Strided: the op's kernel until 2026-12-07, a strided loop over the chunk (16-byte loads where aligned);
+// - LoadsFirst: the first cut of the op's present form, all of a full chunk's loads before the arithmetic in one
+//   round (the op's SumFullChunk holds at most kInFlight loads at once; the same for 4-byte words).
+struct Strided {
+  template <typename W, int Chunk>
+  static __device__ __forceinline__ uint64_t Run(const void* data, int64_t begin, int64_t end) {
+    const W* p = static_cast<const W*>(data);
+    if (reinterpret_cast<uintptr_t>(p) % 16 == 0) return SumVectorized(p, begin, end);
+    return Sum(p, begin, end);
+  }
+};
+
 template <typename W, int Chunk>
 __device__ __forceinline__ uint64_t SumLoadsFirst(const void* data, int64_t begin, int64_t end) {
   const W* p = static_cast<const W*>(data);
@@ -46,10 +59,15 @@ __device__ __forceinline__ uint64_t SumLoadsFirst(const void* data, int64_t begi
   return acc;
 }
 
-// The op's kernel with SumLoadsFirst in place of SumAny. Its frame (which tensor a block takes, the block's reduction)
-// is the op's, copied rather than shared: the op's file stays as it ran on the H200 until a candidate replaces it.
-template <int Chunk, int MinBlocks>
-__global__ void __launch_bounds__(kThreads, MinBlocks) LoadsFirst(Batch b, uint64_t* out) {
+struct LoadsFirst {
+  template <typename W, int Chunk>
+  static __device__ __forceinline__ uint64_t Run(const void* data, int64_t begin, int64_t end) {
+    return SumLoadsFirst<W, Chunk>(data, begin, end);
+  }
+};
+
+template <typename Form, int Chunk, int MinBlocks>
+__global__ void __launch_bounds__(kThreads, MinBlocks) Framed(Batch b, uint64_t* out) {
   const int64_t block = blockIdx.x;
   int lo = 0, hi = b.count - 1;
   while (lo < hi) {
@@ -61,10 +79,10 @@ __global__ void __launch_bounds__(kThreads, MinBlocks) LoadsFirst(Batch b, uint6
   const int64_t end = min(begin + Chunk, b.words[t]);
   uint64_t acc = 0;
   switch (b.width[t]) {
-    case 1: acc = SumLoadsFirst<int8_t, Chunk>(b.ptr[t], begin, end); break;
-    case 2: acc = SumLoadsFirst<int16_t, Chunk>(b.ptr[t], begin, end); break;
-    case 4: acc = SumLoadsFirst<int32_t, Chunk>(b.ptr[t], begin, end); break;
-    default: acc = SumLoadsFirst<int64_t, Chunk>(b.ptr[t], begin, end); break;
+    case 1: acc = Form::template Run<int8_t, Chunk>(b.ptr[t], begin, end); break;
+    case 2: acc = Form::template Run<int16_t, Chunk>(b.ptr[t], begin, end); break;
+    case 4: acc = Form::template Run<int32_t, Chunk>(b.ptr[t], begin, end); break;
+    default: acc = Form::template Run<int64_t, Chunk>(b.ptr[t], begin, end); break;
   }
   for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_down_sync(0xffffffffu, acc, offset);
   __shared__ uint64_t warp_sums[kThreads / 32];
@@ -187,8 +205,15 @@ int main() {
   const int64_t big = 2LL << 30;
   int64_t mix_bytes = 0;
   std::vector<Tensor> mix = BertLike(buf, &mix_bytes);
+  auto same_width = [&](int width) {  // 64 tensors of 32 MB, one after another
+    std::vector<Tensor> ts;
+    for (int64_t i = 0; i < 64; ++i) ts.push_back({buf + i * (32LL << 20), (32LL << 20) / width, width});
+    return ts;
+  };
   const std::vector<std::pair<const char*, std::vector<Tensor>>> sets = {
-      {"one 2 GiB tensor", {{buf, big / 4, 4}}}, {"BERT-like base mix", mix}};
+      {"one 2 GiB tensor", {{buf, big / 4, 4}}}, {"64 x 32 MB, 1-byte words", same_width(1)},
+      {"64 x 32 MB, 2-byte words", same_width(2)}, {"64 x 32 MB, 8-byte words", same_width(8)},
+      {"BERT-like base mix", mix}};
   const int repeats = 20;
   for (const auto& set : sets) {
     const char* name = set.first;
@@ -213,13 +238,11 @@ int main() {
     const auto batches = Batches(ts, kChunk);
     const float op = RunSet(FingerprintKernel, batches, out, repeats);
     cudaMemcpy(want.data(), out, 8 * ts.size(), cudaMemcpyDeviceToHost);
-    check("the op's kernel (8192 words)", op);
-    check("loads first, 8192 words, 4 blocks", RunSet(LoadsFirst<8192, 4>, batches, out, repeats));
-    check("loads first, 8192 words, 2 blocks", RunSet(LoadsFirst<8192, 2>, batches, out, repeats));
-    const auto batches16 = Batches(ts, 16384);
-    check("loads first, 16384 words, 2 blocks", RunSet(LoadsFirst<16384, 2>, batches16, out, repeats));
-    const auto batches4 = Batches(ts, 4096);
-    check("loads first, 4096 words, 4 blocks", RunSet(LoadsFirst<4096, 4>, batches4, out, repeats));
+    check("the op's kernel (16384 words)", op);
+    const auto batches8 = Batches(ts, 8192);
+    check("strided, 8192 words (the op before)", RunSet(Framed<Strided, 8192, 4>, batches8, out, repeats));
+    check("loads first, 16384 words, one round", RunSet(Framed<LoadsFirst, 16384, 2>, batches, out, repeats));
+    check("loads first, 8192 words, 4 blocks", RunSet(Framed<LoadsFirst, 8192, 4>, batches8, out, repeats));
   }
   const cudaError_t err = cudaGetLastError();
   std::printf("CUDA: %s\n", cudaGetErrorString(err));

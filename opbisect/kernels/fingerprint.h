@@ -10,7 +10,7 @@ namespace opbisect {
 constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
 constexpr uint64_t kSizeMix = 0x27D4EB2F165667C5ull;
 constexpr int kBatch = 96;        // tensors per launch: the table travels as a kernel parameter (< 4 KiB)
-constexpr int kChunk = 8192;      // words per block
+constexpr int kChunk = 16384;     // words per block
 constexpr int kThreads = 256;
 
 struct Batch {

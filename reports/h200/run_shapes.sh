@@ -65,8 +65,9 @@
 #   bash reports/h200/run_shapes.sh lease25   # the next lease: on an H200 leanonly, then lease24's atomics phase;
 #                                             # lease25b the GEMMs' autotuning off (200 runs, two fresh runs);
 #                                             # lease25c the fix from the script, its user's test 100 steps
-#   bash reports/h200/run_shapes.sh lease26   # the next lease: on an H200 leanonly; the fix from the script; then on
-#                                             # an H200 the Triton switch by hand (200 runs, two fresh runs)
+#   bash reports/h200/run_shapes.sh lease26   # the next lease: the digest kernel's forms; on an H200 leanonly; the
+#                                             # fix from the script; then on an H200 the Triton switch by hand (200
+#                                             # runs, two fresh runs)
 #   bash reports/h200/run_shapes.sh resize    # main's resize rows, the patch against the plain op
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
@@ -87,6 +88,10 @@ lm() {  # lm LABEL SECONDS [VERIFY FLAGS] -- SCRIPT ARGS...: verify the LM head 
     --runs 10 --out "$R/lm_head_$label" --fingerprint wsum --cpu-reference off "$@"
 }
 build() { run build 300 python3 -c "from opbisect import kernels; print(kernels.build(cuda=True))"; }  # the op library
+fpk() {  # the fingerprint op's GPU kernel against the forms it replaced and the read floor, same digests or not
+  local nvcc; nvcc="$(python3 -c 'from opbisect import kernels; print(kernels.cuda_home())')/bin/nvcc"
+  run fingerprint_kernel 200 bash -c "$nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/fpk benchmarks/fingerprint_kernel.cu && /tmp/fpk"
+}
 SWEPT_AGAIN=BiasAddGrad,UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad
 SEGMENT_ROWS='embedding 8k x 256, 8k tokens;BERT word embedding;64k rows x 1k into 32k;32k x 512 table, 8k updates;32k x 512 tensor, 8k updates'
 CANDIDATE_OPS=${CANDIDATE_OPS:-UnsortedSegmentSum,SegmentSum,ResourceScatterAdd,TensorScatterAdd,ResizeBilinearGrad}
@@ -169,9 +174,7 @@ case $PHASE in
          lm 128k 500 --no-switches -- --vocab 131072 --dim 512 --batch 8 --seq 256 ;;
   profiles) build
             run check_combine 300 python3 benchmarks/check_combine.py
-            NVCC="$(python3 -c 'from opbisect import kernels; print(kernels.cuda_home())')/bin/nvcc"
-            run fingerprint_kernel 200 bash -c "$NVCC -O3 -std=c++17 -arch=sm_90 -o /tmp/fpk \
-              benchmarks/fingerprint_kernel.cu && /tmp/fpk"
+            fpk
             OPBISECT_BERT=base run capture_profile 400 python3 benchmarks/capture_overhead.py --device gpu \
               --repeats 30 --runs 2 --fingerprints fused --profile 10
             OPBISECT_BERT=base run mixed_profile 400 python3 benchmarks/patch_overhead.py \
@@ -360,6 +363,7 @@ case $PHASE in
   lease26) build  # the next lease: on an H200 issue 42's capture goal; the fix from the script on either card (its
            # verify and user's test try the Triton switch after the patch and the fusion switch); then on an H200
            # the Triton switch by hand (one result in 200 on an H100, lease25), as time allows
+           fpk  # the op's kernel in its loads-first form (2026-12-07), against the strided form before it
            if on_h200; then bash "$0" leanonly; fi
            OPBISECT_BERT=base fixed bert_like_fit_mixed 900
            if on_h200; then
