@@ -46,14 +46,14 @@ inputs = (tf.ones([4]),)
 """
 
 
-def _fix(script, out, *flags) -> int:
-    return main(["fix", str(script), "--runs", "3", "--verify-runs", "3", "--timing-runs", "5", "--no-progress",
-                 "--out", str(out), *flags])
+def _fix(script, out, *flags, progress=False) -> int:
+    return main(["fix", str(script), "--runs", "3", "--verify-runs", "3", "--timing-runs", "5", "--out", str(out),
+                 *flags, *([] if progress else ["--no-progress"])])
 
 
-def test_fix_finds_what_a_source_hid_round_by_round_and_verifies_the_patch(tmp_path):
+def test_fix_finds_what_a_source_hid_round_by_round_and_verifies_the_patch(tmp_path, capsys):
     script = write_script(tmp_path, "hidden", HIDDEN_BEHIND)
-    assert _fix(script, tmp_path / "r") == 0
+    assert _fix(script, tmp_path / "r", progress=True) == 0
     folder = tmp_path / "r" / "hidden-fix"
     fix = json.loads((folder / "fix.json").read_text())
     assert [(r["exit_code"], r["new"]) for r in fix["rounds"]] == [(1, ["first"]), (1, ["second"]), (0, [])]
@@ -76,6 +76,13 @@ def test_fix_finds_what_a_source_hid_round_by_round_and_verifies_the_patch(tmp_p
     shown = {r.get("data-variant"): r.get("data-reproducible") for r in page.findall(".//x:tr[@data-variant]", XHTML)}
     assert shown == {v["name"]: str(v["runs"] >= 2 and v["distinct"] == 1 and not v["error"]).lower()
                      for v in verified["variants"]}
+    # while verify ran, the fix said each variant as it finished, before the user's test: its runs, as recorded
+    said = capsys.readouterr().out.splitlines()
+    test_at = next(k for k, line in enumerate(said) if line.startswith("the user's test:"))
+    told = {line.split(":")[0].strip(): line for line in said[:test_at] if line.startswith("  ") and ": " in line}
+    for v in verified["variants"]:
+        if not v["error"] and not v["reference"]:
+            assert f" in {v['runs']} runs" in told[v["name"]]
     assert page.find(".//x:figure/s:svg", XHTML) is not None  # the cost plot
     # the fix's patch.csv (or its folder) is what --patch takes
     assert main(["verify", str(script), "--patch", str(folder), "--runs", "3", "--timing-runs", "0",

@@ -18,6 +18,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from typing import NoReturn
 
 from ..errors import (
@@ -93,6 +95,26 @@ def end(proc: subprocess.Popen) -> None:
 def run(cmd: list[str], env: dict) -> subprocess.CompletedProcess:
     """`cmd` in a child process, its output kept."""
     return finish(start(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE), cmd)
+
+
+def run_telling(cmd: list[str], env: dict, tell: Callable[[str], None]) -> subprocess.CompletedProcess:
+    """`cmd` in a child process, its output kept, each line of its stderr passed to `tell` as it comes: a child's
+    progress shown while it runs (fix's verify took 10 minutes on an H100, silent until it ended)."""
+    proc = start(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out: list[str] = []
+    drain = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)  # a full pipe would block
+    drain.start()
+    err: list[str] = []
+    try:
+        for line in proc.stderr:
+            err.append(line)
+            tell(line.rstrip("\n"))
+        proc.wait()
+        drain.join()
+    except BaseException:
+        end(proc)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, "".join(out), "".join(err))
 
 
 def command_line(command: str, argv: list[str]) -> list[str]:

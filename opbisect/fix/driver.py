@@ -5,7 +5,8 @@ round, a report per round, the stop decided in one function, fix/plan.py), endin
       trace_round(plan)    `opbisect trace SCRIPT --patch <patch.csv> --seed S` in a fresh process under the plan's
                            environment (family switches, PYTHONHASHSEED); its record read back
       plan.decide          the next round, or why the rounds end
-      verify()             `opbisect verify --patch <patch.csv>` in a fresh process, where ops were patched
+      verify()             `opbisect verify --patch <patch.csv>` in a fresh process, where ops were patched; its
+                           line as each variant finishes said as it comes
       tried_in_turn(recs)  user_test(rec) on verify's reproducible variants, cheapest first, until one agrees:
                            two fresh `opbisect run` of the script with it applied, side by side, through
                            --check-steps steps, compared step by step
@@ -30,8 +31,8 @@ from ..record.fixing import Fix, Recommendation, Refuted, Round, UserTest
 from ..record.model import CSV_COLUMNS, Record
 from ..record.verification import Verification
 from ..report.fix_view import round_line
+from ..report.verify_view import PROGRESS as VERIFY_SAYS
 from ..settings import FixSettings, TraceSettings, VerifySettings, shared
-from ..words import confirmed_on
 from . import plan as decide
 
 
@@ -125,14 +126,18 @@ class FixDriver:
     # -- verify ----------------------------------------------------------------------------------------------------
     def verify(self) -> Verification:
         s = self.settings
-        # its progress lines would be kept with its output, unseen: the fix says its own
-        settings = shared(s, VerifySettings, patch=str(self.patch_csv), runs=s.verify_runs, out=self.staging / "verify",
-                          progress=False)
-        self.say(f"verify: --patch {FIX_CSV_NAME} ({len(self.rows)} op(s)), {s.verify_runs} runs of each variant"
-                 f"{confirmed_on(settings.confirming)}")
-        children.verdict(children.run(children.command_line("verify", settings.to_argv()), dict(os.environ)),
-                         "verify")
+        settings = shared(s, VerifySettings, patch=str(self.patch_csv), runs=s.verify_runs, out=self.staging / "verify")
+        self.say(f"verify: --patch {FIX_CSV_NAME} ({len(self.rows)} op(s)) against the plain step and the switches, "
+                 "in a fresh process")  # its own lines follow: what runs, then each variant as it finishes
+        done = children.run_telling(children.command_line("verify", settings.to_argv()), dict(os.environ),
+                                    self._verify_line)
+        children.verdict(done, "verify")
         return store.load_verification(settings.out / f"{s.script.stem}-verify")
+
+    def _verify_line(self, line: str) -> None:
+        """verify's progress as each variant finishes (its other lines stay with its output, for a failure)."""
+        if line.startswith(VERIFY_SAYS):
+            self.say(f"  {line[len(VERIFY_SAYS):]}")
 
     # -- the user's test ----------------------------------------------------------------------------------------
     def user_test(self, rec: Recommendation) -> UserTest:

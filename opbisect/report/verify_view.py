@@ -52,10 +52,13 @@ def outcome(x) -> str:
     return same + (" (convolutions autotuned)" if x.autotuned else "")
 
 
+PROGRESS = "verify: "  # how each progress line begins: a fix picks verify's out of its child's stderr by it
+
+
 def starting(runs: int, confirming: int, timing_runs: int) -> str:
     """verify's first progress line (stderr): what the plain and the patched step run, before they start."""
     timed = f", then {timing_runs} timed steps each, in turn" if timing_runs else ""
-    return f"verify: the plain and the patched step, {runs} runs each{confirmed_on(confirming)}{timed}"
+    return f"{PROGRESS}the plain and the patched step, {runs} runs each{confirmed_on(confirming)}{timed}"
 
 
 def finished(x, seconds: float | None) -> str:
@@ -63,7 +66,7 @@ def finished(x, seconds: float | None) -> str:
     (None: run in turn with another, whose line has them)."""
     runs = f" in {x.runs} runs, {cost(x)}" if not x.error else ""
     took = f" ({seconds:.0f} s)" if seconds is not None else ""
-    return f"verify: {x.name}: {outcome(x)}{runs}{took}"
+    return f"{PROGRESS}{x.name}: {outcome(x)}{runs}{took}"
 
 
 def _row(x, width: int) -> str:
