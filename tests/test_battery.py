@@ -161,7 +161,8 @@ def test_what_a_killed_run_left_is_removed_by_the_next_run(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == sorted(["det", mine.name])
 
 
-def test_a_second_ctrl_c_does_not_leave_the_child_running(tmp_path, monkeypatch):
+@pytest.mark.parametrize("waits", ["output kept", "stderr told as it comes"])
+def test_a_second_ctrl_c_does_not_leave_the_child_running(tmp_path, monkeypatch, waits):
     # The child takes its time to stop on SIGTERM (as a step inside a long kernel would); a second Ctrl-C comes
     # while the parent waits for it. The parent must still wait for it to end. Each signal waits for the child to
     # be where it matters (files it writes), not for a time, and goes to the main thread itself: a signal sent to
@@ -201,7 +202,11 @@ def test_a_second_ctrl_c_does_not_leave_the_child_running(tmp_path, monkeypatch)
     monkeypatch.setattr(children.subprocess, "Popen", popen)
     threading.Thread(target=ctrl_c_twice, daemon=True).start()
     try:
-        done = children.run([sys.executable, "-c", child], dict(os.environ))
+        cmd = [sys.executable, "-c", child]
+        if waits == "output kept":
+            done = children.run(cmd, dict(os.environ))
+        else:  # fix's verify: its child's progress said as it comes
+            done = children.run_telling(cmd, dict(os.environ), lambda line: None)
     except KeyboardInterrupt:
         done = None
     finally:

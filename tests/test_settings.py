@@ -68,7 +68,7 @@ def started(monkeypatch, tmp_path):
     class Done(Exception):
         pass
 
-    def run(cmd, env):
+    def run(cmd, env, tell=None):
         commands.append(cmd)
         raise Done
 
@@ -77,6 +77,7 @@ def started(monkeypatch, tmp_path):
         return None
 
     monkeypatch.setattr(children, "run", run)
+    monkeypatch.setattr(children, "run_telling", run)  # fix's verify, its progress said as it comes
     monkeypatch.setattr(children, "start", start)
     driver = fix_driver.FixDriver(FixSettings(**GIVEN, out=tmp_path), tmp_path / "staging", tmp_path / "final")
     return driver, commands, Done
