@@ -65,9 +65,9 @@
 #   bash reports/h200/run_shapes.sh lease25   # the next lease: on an H200 leanonly, then lease24's atomics phase;
 #                                             # lease25b the GEMMs' autotuning off (200 runs, two fresh runs);
 #                                             # lease25c the fix from the script, its user's test 100 steps
-#   bash reports/h200/run_shapes.sh lease26   # the next lease: the digest kernel's forms; on an H200 leanonly; the
-#                                             # fix from the script; then on an H200 the Triton switch by hand (200
-#                                             # runs, two fresh runs)
+#   bash reports/h200/run_shapes.sh lease27   # the next lease (lease26 ran on an H100): the digest kernel's forms;
+#                                             # on an H200 leanonly; the fix from the script; then on an H200 the
+#                                             # Triton switch by hand (200 runs, two fresh runs)
 #   bash reports/h200/run_shapes.sh resize    # main's resize rows, the patch against the plain op
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
@@ -360,12 +360,13 @@ case $PHASE in
   lease25f) PHASE=lease25e R=/root/$NAME/lease25e  # two more, beside lease25e's (and packed with them)
             for n in c d; do XLA_FLAGS="$NO_TRITON" probe "nt100$n" 100; done
             apart nt100_apart_cd nt100c nt100d; apart nt100_apart_ac nt100a nt100c ;;
-  lease26) build  # the next lease: on an H200 issue 42's capture goal; the fix from the script on either card (its
+  lease26|lease27) build  # lease27 the next lease, as lease26 (run on an H100: ../../h100/shapes/README.md#lease26).
+           # On an H200 issue 42's capture goal; the fix from the script on either card (its
            # verify and user's test try the Triton switch after the patch and the fusion switch); then on an H200
            # the Triton switch by hand (one result in 200 on an H100, lease25), as time allows
            fpk  # the op's kernel in its loads-first form (2026-12-07), against the strided form before it
            if on_h200; then bash "$0" leanonly; fi
-           OPBISECT_BERT=base fixed bert_like_fit_mixed 1100  # 900 s ran out inside verify (lease26 on an H100)
+           OPBISECT_BERT=base fixed bert_like_fit_mixed 1100  # 900 s ran out inside verify (lease26, an H100)
            if on_h200; then
              XLA_FLAGS="$NO_TRITON" xla_verify notriton200 "$MIXED_PATCH" /root/notriton200 --confirm-runs 200
              for n in a b; do XLA_FLAGS="$NO_TRITON" probe "nt100$n" 100; done
