@@ -19,8 +19,8 @@
 
 namespace opbisect {
 
-// The forms the op's kernel is measured against, in the op's frame (which tensor a block takes, the block's
-// reduction), copied rather than shared so that the op's file stays as it runs:
+// The forms the op's kernel is measured against, in a copy of the op's frame (which tensor a block takes, the
+// block's reduction):
 // - Strided: the op's kernel until 2026-12-07, a strided loop over the chunk (16-byte loads where aligned);
 // - LoadsFirst: the first cut of the op's present form, all of a full chunk's loads before the arithmetic in one
 //   round (the op's SumFullChunk holds at most kInFlight loads at once; the same for 4-byte words).
@@ -33,30 +33,12 @@ struct Strided {
   }
 };
 
+// The op's SumFullChunk at another chunk, with every load of the chunk in flight at once (one round).
 template <typename W, int Chunk>
 __device__ __forceinline__ uint64_t SumLoadsFirst(const void* data, int64_t begin, int64_t end) {
   const W* p = static_cast<const W*>(data);
-  constexpr int V = 16 / sizeof(W);
-  constexpr int N = Chunk / V / kThreads;
   if (end - begin != Chunk || reinterpret_cast<uintptr_t>(p) % 16 != 0) return Sum(p, begin, end);
-  const uint4* pv = reinterpret_cast<const uint4*>(p) + begin / V + threadIdx.x;
-  uint4 q[N];
-#pragma unroll
-  for (int i = 0; i < N; ++i) q[i] = __ldg(pv + i * kThreads);
-  uint64_t acc = 0;
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    W words[V];
-    memcpy(words, &q[i], sizeof(uint4));
-    const int64_t j = begin + (threadIdx.x + static_cast<int64_t>(i) * kThreads) * V;
-    uint64_t weight = (2ull * static_cast<uint64_t>(j) + 1ull) * kGolden;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      acc += static_cast<uint64_t>(static_cast<int64_t>(words[k])) * weight;
-      weight += 2ull * kGolden;
-    }
-  }
-  return acc;
+  return SumFullChunk<W, Chunk, Chunk / (16 / sizeof(W)) / kThreads>(p, begin);
 }
 
 struct LoadsFirst {

@@ -52,13 +52,14 @@ __device__ __forceinline__ uint64_t SumVectorized(const W* p, int64_t begin, int
 // thread keeps that many reads in flight (the strided loop above keeps two). On the H200 this read the BERT-like
 // step's tapped outputs in 1.74 ms where the strided loop at 8192 words a block took 1.94, the same digests
 // (benchmarks/fingerprint_kernel.cu, "loads first", reports/h200/shapes/profiles/fingerprint_kernel.txt).
+// `Chunk` and `InFlight` are the op's own; the benchmark takes other values of them as its candidates.
 constexpr int kInFlight = 16;  // 16-byte loads a thread holds at once: 64 registers
 
-template <typename W>
+template <typename W, int Chunk = kChunk, int InFlight = kInFlight>
 __device__ __forceinline__ uint64_t SumFullChunk(const W* p, int64_t begin) {
   constexpr int V = 16 / sizeof(W);
-  constexpr int N = kChunk / V / kThreads;  // loads a thread makes over the chunk
-  constexpr int M = N < kInFlight ? N : kInFlight;
+  constexpr int N = Chunk / V / kThreads;  // loads a thread makes over the chunk
+  constexpr int M = N < InFlight ? N : InFlight;
   static_assert(N % M == 0, "a chunk is a whole number of rounds of loads");
   const uint4* pv = reinterpret_cast<const uint4*>(p) + begin / V + threadIdx.x;
   uint64_t acc = 0;
