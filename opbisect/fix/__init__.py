@@ -2,6 +2,8 @@
 
     run_fix(settings)
       ReportFolder(<stem>-fix).prepare()       record/store.py (a fix folder is a report: a second fix replaces it)
+      Kept(folder).restore(driver)             fix/resume.py, with --resume: the rounds (and verify) a stopped fix
+                                               of the script finished, where they still hold; saved at a stop
       FixDriver(...).run()                     fix/driver.py: rounds of `opbisect trace` in fresh processes, each
                                                with everything found so far applied (fix/plan.py decides), then
                                                verify where ops were patched, then the user's test: two fresh runs
@@ -16,6 +18,8 @@ The exit is the user's test: 0 only where two fresh runs of the script with the 
 
 from __future__ import annotations
 
+import sys
+
 from ..record import store
 from ..settings import FixSettings
 
@@ -24,14 +28,32 @@ def run_fix(settings: FixSettings, echo=print) -> int:
     from ..report import fix_view
     from ..targets.script import checked_path
     from .driver import FixDriver
+    from .resume import Kept
 
     settings.validate()
     checked_path(settings.script)  # one line for a script that is no script, before any round
     folder = store.ReportFolder(settings.out, f"{settings.script.stem}-fix", str(settings.script.resolve()))
     with folder.prepare():
-        driver = FixDriver(settings, folder.staging, folder.final, echo if settings.progress else lambda line: None)
-        fix, verification = driver.run()
+        say = echo if settings.progress else lambda line: None
+        driver, kept = FixDriver(settings, folder.staging, folder.final, say), Kept(folder)
+        said = kept.restore(driver) if settings.resume else kept.told()
+        if said:
+            say(said)
+        fix, verification = _ran(driver, kept)
         final = fix_view.write(fix, verification, folder)
+    kept.remove()
     for line in fix_view.lines(fix, final):
         echo(line)
     return fix.exit_code
+
+
+def _ran(driver, kept):
+    """The driver's run; where it stops (a signal, a child that failed, a bug), what it finished is kept, and
+    stderr says where, before the line of the stop itself."""
+    try:
+        return driver.run()
+    except BaseException:
+        said = kept.save(driver)
+        if said:
+            print(f"opbisect: {said}", file=sys.stderr)
+        raise

@@ -44,6 +44,9 @@ class FixDriver:
         self.form = "step"
         self.intercepted = False  # a script that trains (zero edits), or the target contract
         self.causes: list[str] = []  # the fresh-process check's remedies, as comments for the script
+        self.kept: dict[int, Round] = {}  # rounds a stopped fix finished, by number (fix/resume.py)
+        self.kept_verify = False  # its verify finished, and its report is in the staged folder
+        self.verified = False  # verify's report is in the staged folder
 
     @property
     def patch_csv(self) -> Path:
@@ -92,11 +95,11 @@ class FixDriver:
                       patch=str(self.patch_csv) if plan.ops else "", script_check=False)  # the fix ends on its own
 
     def trace_round(self, plan: decide.RoundPlan) -> Record:
+        """The round's trace in a fresh process, or the same round a stopped fix finished (its report kept)."""
         began = time.time()
         settings = self.round_settings(plan)
-        env = {**os.environ, **plan.environment()}
-        done = children.run(children.command_line("trace", settings.to_argv()), env)
-        code = children.verdict(done, f"round {plan.number}")
+        kept = self.kept.get(plan.number)
+        code = kept.exit_code if kept else self._traced(plan, settings)
         record = store.load(settings.out / settings.script.stem)
         if plan.number == 1:
             self.form, self.intercepted = record.meta.form, bool(record.meta.intercepted)
@@ -105,15 +108,21 @@ class FixDriver:
         self.rounds.append(Round(
             number=plan.number, exit_code=code, switches=[f"{k}={v}" for k, v in sorted(plan.environment().items())],
             patched=list(record.meta.patched), sources=[s.op_name for s in record.sources],
-            new=[s.op_name for s in record.sources if s.op_name not in named], seconds=round(time.time() - began, 1),
+            new=[s.op_name for s in record.sources if s.op_name not in named],
+            seconds=kept.seconds if kept else round(time.time() - began, 1),
             report=f"round{plan.number}/{settings.script.stem}", runs=record.meta.runs, seed=plan.seed,
             looked_harder=record.meta.looked_harder, cause=list(cause)))
-        self.say(round_line(self.rounds[-1]))
+        self.say(round_line(self.rounds[-1]) + (" (kept from the stopped fix)" if kept else ""))
         for s in record.sources:  # one cause, one remedy: once however many variables or batches share it
             said = f"# what differed between fresh processes ({s.kind}), by experiment: {s.known_remedy}"
             if s.seen_across == "processes" and s.kind in ("init", "input") and said not in self.causes:
                 self.causes.append(said)
         return record
+
+    def _traced(self, plan: decide.RoundPlan, settings: TraceSettings) -> int:
+        env = {**os.environ, **plan.environment()}
+        done = children.run(children.command_line("trace", settings.to_argv()), env)
+        return children.verdict(done, f"round {plan.number}")
 
     def _patch(self, decision: decide.Decision) -> None:
         """patch.csv with the round's new ops: what the next round, verify and `opbisect run` take."""
@@ -124,15 +133,22 @@ class FixDriver:
             pd.DataFrame(self.rows, columns=["round", *CSV_COLUMNS]).to_csv(self.patch_csv, index=False)
 
     # -- verify ----------------------------------------------------------------------------------------------------
-    def verify(self) -> Verification:
+    def verify_settings(self) -> VerifySettings:
         s = self.settings
-        settings = shared(s, VerifySettings, patch=str(self.patch_csv), runs=s.verify_runs, out=self.staging / "verify")
-        self.say(f"verify: --patch {FIX_CSV_NAME} ({len(self.rows)} op(s)) against the plain step and the switches, "
-                 "in a fresh process")  # its own lines follow: what runs, then each variant as it finishes
-        done = children.run_telling(children.command_line("verify", settings.to_argv()), dict(os.environ),
-                                    self._verify_line)
-        children.verdict(done, "verify")
-        return store.load_verification(settings.out / f"{s.script.stem}-verify")
+        return shared(s, VerifySettings, patch=str(self.patch_csv), runs=s.verify_runs, out=self.staging / "verify")
+
+    def verify(self) -> Verification:
+        settings = self.verify_settings()
+        if self.kept_verify:
+            self.say(f"verify: --patch {FIX_CSV_NAME} ({len(self.rows)} op(s)): kept from the stopped fix")
+        else:
+            self.say(f"verify: --patch {FIX_CSV_NAME} ({len(self.rows)} op(s)) against the plain step and the "
+                     "switches, in a fresh process")  # its own lines follow: what runs, then each variant as it ends
+            done = children.run_telling(children.command_line("verify", settings.to_argv()), dict(os.environ),
+                                        self._verify_line)
+            children.verdict(done, "verify")
+        self.verified = True
+        return store.load_verification(settings.out / f"{settings.script.stem}-verify")
 
     def _verify_line(self, line: str) -> None:
         """verify's progress as each variant finishes (its other lines stay with its output, for a failure)."""

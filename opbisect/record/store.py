@@ -320,13 +320,28 @@ class ReportFolder:
     def point_at_final(self) -> None:
         """Reports that child runs wrote inside this staged one name the staging folder (their --patch and --out
         paths); their text files name the final folder instead, so that every path in the committed report holds."""
-        staged, final = os.fsencode(self.staging), os.fsencode(self.final)
+        self.renamed(self.staging, self.final)
+
+    def renamed(self, old: Path, new: Path) -> None:
+        """The staged text files that name `old` name `new` instead."""
+        before, after = os.fsencode(old), os.fsencode(new)
         for path in self.staging.rglob("*"):
             if path.suffix not in TEXT_SUFFIXES or not path.is_file():
                 continue
             content = path.read_bytes()
-            if staged in content:
-                self.write(str(path.relative_to(self.staging)), content.replace(staged, final))
+            if before in content:
+                self.write(str(path.relative_to(self.staging)), content.replace(before, after))
+
+    def keep(self, into: Path) -> None:
+        """The staged folder moved to `into` rather than removed (what a stopped fix had finished), replacing what
+        `into` held; signals held, so that `into` is one folder or the other, never half of each."""
+        with signals_held():
+            if into.exists():
+                old = into.with_name(f"{into.name}.old-{os.getpid()}")
+                os.rename(into, old)
+                shutil.rmtree(old, ignore_errors=True)
+            os.rename(self.staging, into)
+            self.staging = None
 
     def commit(self) -> Path:
         """Move the staged report into place and remove the one it replaces, signals held throughout; a signal
