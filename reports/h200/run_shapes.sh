@@ -68,6 +68,8 @@
 #   bash reports/h200/run_shapes.sh lease27   # the next lease (lease26 ran on an H100): the digest kernel's forms;
 #                                             # on an H200 leanonly; the fix from the script; then on an H200 the
 #                                             # Triton switch by hand (200 runs, two fresh runs)
+#   bash reports/h200/run_shapes.sh lease27b  # a short lease: capture in turn, the fix's verify of BERT-base mixed;
+#                                             # on an H200 the kernel's forms and the Triton switch's user's test
 #   bash reports/h200/run_shapes.sh resize    # main's resize rows, the patch against the plain op
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
@@ -373,6 +375,18 @@ case $PHASE in
              apart nt100_apart nt100a nt100b
            fi ;;
   lease25c) build; OPBISECT_BERT=base fixed bert_like_fit_mixed 900 ;;
+  lease27b) build  # lease27 for a short lease (2026-12-07: an hour of refusals left no time for the fix's 1,100 s):
+           # capture in turn with the plain step (never run on a GPU), the fix's own verify of BERT-base mixed (its
+           # switches, the Triton one among them; the per-run copy gone since f50d391), on an H200 the digest
+           # kernel's forms and the user's test by hand under the Triton switch
+           bash "$0" leanonly
+           OPBISECT_BERT=base run mixed_verify 600 python3 -m opbisect verify examples/bert_like_fit_mixed.py \
+             --patch "$MIXED_PATCH" --out "$R/mixed_verify"
+           if on_h200; then
+             fpk
+             for n in a b; do XLA_FLAGS="$NO_TRITON" probe "nt100$n" 100; done
+             apart nt100_apart nt100a nt100b
+           fi ;;
   resize) run resize_main 300 python3 benchmarks/patch_sweep.py --device gpu --plain-and-patch --json \
             "$R/resize_main.json" --ops ResizeBilinearGrad --shapes '112 -> 56, 64 channels;224 -> 112, 3 channels' ;;
   lease18) build
