@@ -33,4 +33,8 @@ fixed() {  # fixed EXAMPLE SECONDS [FIX FLAGS]: opbisect fix, from the script to
   local ex=$1 limit=$2; shift 2
   run "$ex-fix" "$limit" python3 -m opbisect fix "examples/$ex.py" --out "$R" --fingerprint wsum --cpu-reference off \
     "$@"
+  # a fix its limit stopped (SIGTERM) keeps its finished rounds and verify for `fix --resume`: packed whole (their
+  # record.json too), for the next lease to go on from (run_shapes.sh fixresume)
+  [ -d "$R/.$ex-fix.resume" ] && tar czf "${OUT:-/tmp/out}/$NAME-$PHASE-kept.tgz" -C "$R" ".$ex-fix.resume"
+  return 0
 }

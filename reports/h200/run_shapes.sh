@@ -70,6 +70,9 @@
 #                                             # Triton switch by hand (200 runs, two fresh runs)
 #   bash reports/h200/run_shapes.sh lease27b  # a short lease: capture in turn, the fix's verify of BERT-base mixed;
 #                                             # on an H200 the kernel's forms and the Triton switch's user's test
+#   bash reports/h200/run_shapes.sh fixresume # after a lease whose fix its limit stopped: copy its
+#                                             # shapes-PHASE-kept.tgz to .gpu/kept.tgz, carry it, and the fix goes
+#                                             # on from its finished rounds and verify (fix --resume)
 #   bash reports/h200/run_shapes.sh resize    # main's resize rows, the patch against the plain op
 #   bash reports/h200/run_shapes.sh lease18   # on an H200 leanonly and BERT-base mixed's verify; then xla
 #   bash reports/h200/run_shapes.sh lease19   # on an H200 leanonly and BERT-base mixed's verify, on another card the fix
@@ -375,6 +378,10 @@ case $PHASE in
              apart nt100_apart nt100a nt100b
            fi ;;
   lease25c) build; OPBISECT_BERT=base fixed bert_like_fit_mixed 900 ;;
+  fixresume) build  # the fix of BERT-base mixed a lease's limit stopped, resumed: its kept folder (the previous
+             # lease's shapes-PHASE-kept.tgz, carried as .gpu/kept.tgz) unpacked where the fix writes, then --resume
+             tar xzf .gpu/kept.tgz -C "$R"
+             OPBISECT_BERT=base fixed bert_like_fit_mixed 1100 --resume ;;
   lease27b) build  # lease27 for a short lease (2026-12-07: an hour of refusals left no time for the fix's 1,100 s):
            # capture in turn with the plain step (never run on a GPU), the fix's own verify of BERT-base mixed (its
            # switches, the Triton one among them; the per-run copy gone since f50d391), on an H200 the digest
