@@ -6,10 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pandas as pd
 import pytest
-from test_rounds import HIDDEN_BEHIND
+from test_rounds import HIDDEN_BEHIND, XHTML
 
 from opbisect import cli
 from opbisect.cli import main
@@ -61,7 +62,8 @@ def test_a_fix_stopped_twice_goes_on_each_time_from_what_it_finished(tmp_path, m
     assert _fix(script, out, "--resume") == 130
     assert (calls["trace"], calls["verify"]) == (2, 1)  # rounds 2 and 3, not round 1 again
     state = json.loads((kept / "state.json").read_text())
-    assert [r["number"] for r in state["rounds"]] == [1, 2, 3] and state["verify_key"] is not None
+    assert [(r["number"], r["kept"]) for r in state["rounds"]] == [(1, True), (2, False), (3, False)]
+    assert state["verify_key"] is not None
 
     calls = _counting(monkeypatch, {})
     assert _fix(script, out, "--resume") == 0
@@ -77,8 +79,9 @@ def test_a_fix_stopped_twice_goes_on_each_time_from_what_it_finished(tmp_path, m
     assert verified["patch"] == str(folder / "patch.csv")  # kept reports name the folder the fix ended in
     assert not [f for f in folder.rglob("*") if f.is_file() and b".partial" in f.read_bytes()]
     assert not kept.exists()  # ended with a report: nothing is left to resume
-    said = capsys.readouterr().out
-    assert "round 1 (as written" in said and "(kept from the stopped fix)" in said
+    assert [r["kept"] for r in fix["rounds"]] == [True, True, True]  # all three finished before the last stop
+    page = ElementTree.parse(folder / "report.html").getroot()
+    assert [r.get("data-kept") for r in page.findall(".//x:tr[@data-round]", XHTML)] == ["true"] * 3
 
 
 def _stopped(settings: FixSettings, verified: bool) -> str:

@@ -111,8 +111,8 @@ class FixDriver:
             new=[s.op_name for s in record.sources if s.op_name not in named],
             seconds=kept.seconds if kept else round(time.time() - began, 1),
             report=f"round{plan.number}/{settings.script.stem}", runs=record.meta.runs, seed=plan.seed,
-            looked_harder=record.meta.looked_harder, cause=list(cause)))
-        self.say(round_line(self.rounds[-1]) + (" (kept from the stopped fix)" if kept else ""))
+            looked_harder=record.meta.looked_harder, cause=list(cause), kept=bool(kept)))
+        self.say(round_line(self.rounds[-1]))
         for s in record.sources:  # one cause, one remedy: once however many variables or batches share it
             said = f"# what differed between fresh processes ({s.kind}), by experiment: {s.known_remedy}"
             if s.seen_across == "processes" and s.kind in ("init", "input") and said not in self.causes:

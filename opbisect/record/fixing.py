@@ -13,7 +13,8 @@ from ..errors import EXIT_CLEAN, EXIT_FOUND
 from .model import UserTest  # noqa: F401  (a fix's record holds it; trace's does too)
 from .verification import XLA_FLAGS
 
-FIX_VERSION = 3  # 2: the user's test, the recommendation as data, each round's seed and environment; 3: `refuted`
+FIX_VERSION = 4  # 2: the user's test, the recommendation as data, each round's seed and environment; 3: `refuted`;
+# 4: a round's `kept`
 AS_WRITTEN = "as written"  # the recommendation where the script was reproducible before any change
 SEEDED = "seeded"  # where seeding alone (the seed, PYTHONHASHSEED) made it reproducible
 
@@ -32,6 +33,7 @@ class Round:
     seed: str = ""  # the seed it pinned (`trace --seed`), "" for none
     looked_harder: str = ""  # why it ran its passes again with --max-runs runs ("" where it did not)
     cause: list[str] = dataclasses.field(default_factory=list)  # its fresh-process check's cause (ir/randomness.py)
+    kept: bool = False  # finished by a stopped fix and taken back by `fix --resume` (its seconds were spent then)
 
 
 @dataclasses.dataclass

@@ -32,12 +32,14 @@ def page(fix: Fix, verification: Verification | None, answer: list[str]) -> str:
 
 def _rounds(fix: Fix) -> str:
     rows = "".join(
-        f'<tr data-round="{r.number}" data-exit="{r.exit_code}" data-runs="{r.runs}"><td class="num">{r.number}</td>'
+        f'<tr data-round="{r.number}" data-exit="{r.exit_code}" data-runs="{r.runs}" data-kept="{str(r.kept).lower()}">'
+        f'<td class="num">{r.number}</td>'
         f'<td class="num">{r.runs or "-"}</td>'
         f"<td>{escape(' '.join(r.switches + ([f'--seed {r.seed}'] if r.seed else []))) or '-'}</td>"
         f'<td class="num">{len(r.patched)}</td>'
         f"<td>{'bitwise reproducible' if r.exit_code == 0 else _ops(r.sources)}</td><td>{_ops(r.new) or '-'}</td>"
-        f'<td class="num">{r.seconds}</td><td><a href="{escape(r.report)}/summary.txt"><code>{escape(r.report)}'
+        f'<td class="num">{r.seconds}{" (kept from a stopped fix)" if r.kept else ""}</td>'
+        f'<td><a href="{escape(r.report)}/summary.txt"><code>{escape(r.report)}'
         f"</code></a></td></tr>" for r in fix.rounds)
     return ("<h2>Rounds</h2><p>Each round traces the script with everything the rounds before it found applied: a "
             "source hides the sources after it.</p><div class=\"scroll\"><table><tr><th>round</th><th>runs</th>"

@@ -79,11 +79,12 @@ def round_line(r: Round) -> str:
     applied += [f"--seed {r.seed}"] if r.seed else []
     applied += [f"under {' '.join(r.switches)}"] if r.switches else []
     did = ", ".join(applied) + (f", {r.runs} runs" if r.runs else "")
+    took = f"{r.seconds} s" + (" (kept from a stopped fix)" if r.kept else "")
     if r.exit_code == 0:
-        return f"round {r.number} ({did}): bitwise reproducible, {r.seconds} s"
+        return f"round {r.number} ({did}): bitwise reproducible, {took}"
     cause = f"; cause pinned by experiment: {', '.join(r.cause)}" if r.cause else ""
     new = f"{len(r.new)} new: {listed(r.new)}" if r.new else "none new"
-    return f"round {r.number} ({did}): {len(r.sources)} source(s), {new}{cause}, {r.seconds} s"
+    return f"round {r.number} ({did}): {len(r.sources)} source(s), {new}{cause}, {took}"
 
 
 def lines(fix: Fix, folder: Path | None = None) -> list[str]:
