@@ -16,14 +16,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
+from . import tfcompat
 from .deterministic import deterministic
 from .errors import LacksPatchedOps, UsageError
 from .execute import digest
+from .patches.selection import FIX_CSV_NAME, csv_paths
+from .record.store import FIX_RECORD
+from .record.verification import XLA_FLAGS
 from .settings import RunSettings
 from .targets.intercept import Point, TrainingCalls, function_name, hooked, trains
 from .targets.script import ScriptStop
@@ -190,6 +195,51 @@ def check_patch(spec: str) -> None:
                      f"so): run the script as it is, or `opbisect run --seed N` where a seed is what the fix asks")
 
 
+def fix_conditions(spec: str, seed: str) -> list[str]:
+    """Warnings, before the script runs, where a fix's patch.csv is run without what that fix's user's test had:
+    the environment its recommendation sets (a family switch, XLA's flags, PYTHONHASHSEED), its seed, its
+    TensorFlow. A fix kept for months is run from a shell's history or a job file, and these are what it loses
+    without a sound: two runs that then differ would look like the patch's failure."""
+    from .record.fixing import Recommendation
+
+    out = []
+    for path in csv_paths(spec):
+        fix = _fix_beside(path)
+        rec = fix.get("recommendation") or {}
+        if not rec.get("patch"):
+            continue
+        missing = [f"{k}={v}" for k, v in sorted(rec.get("env", {}).items()) if not _has(k, v)]
+        missing += [f"--seed {rec['seed']}"] if rec.get("seed") and rec["seed"] != seed else []
+        if missing:
+            known = {k: v for k, v in rec.items() if k in Recommendation.__dataclass_fields__}
+            command = Recommendation(**known).command(fix.get("script", "SCRIPT"), fix.get("script_args", []))
+            out.append(f"opbisect: warning: the fix that made {path} had two fresh runs agree with "
+                       f"{', '.join(missing)} as well, not given here: two runs may differ (its command: {command})")
+        made, now = fix.get("checked_on", {}).get("tensorflow"), tfcompat.installed_tensorflow()
+        if made and now and made != now:
+            out.append(f"opbisect: warning: the fix that made {path} was checked under TensorFlow {made}, and this "
+                       f"is {now}: `opbisect verify --patch {path} SCRIPT` checks the patch under this one")
+    return out
+
+
+def _fix_beside(path: Path) -> dict:
+    """The fix record beside a fix's patch.csv ({} for another CSV, or a record this opbisect cannot read)."""
+    if path.name != FIX_CSV_NAME:
+        return {}
+    try:
+        return json.loads((path.parent / FIX_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _has(name: str, value: str) -> bool:
+    """Whether this process's environment sets `name` to `value` (XLA_FLAGS: has each of the flags)."""
+    given = os.environ.get(name)
+    if name == XLA_FLAGS:
+        return given is not None and set(value.split()) <= set(given.split())
+    return given == value
+
+
 def run(settings: RunSettings, echo=lambda line: print(line, file=sys.stderr)) -> int:
     """The script's own exit code (125 where its own code raised: the cli shows its error)."""
     from .execute.prepared import TensorFlowSetup
@@ -200,6 +250,8 @@ def run(settings: RunSettings, echo=lambda line: print(line, file=sys.stderr)) -
     settings.validate()
     runner = ScriptRunner(settings.script, settings.script_args)
     check_patch(settings.patch)
+    for line in fix_conditions(settings.patch, settings.seed):
+        echo(line)
     hooks = PatchHooks(settings.patch, settings.steps, keep=settings.digests != Path(), at=settings.at)
     seeds = pinned({KERAS}, int(settings.seed)) if settings.seed else contextlib.nullcontext()
     code = 0

@@ -200,14 +200,15 @@ def literal_fix():
                                 not_ops={}, plain_spread=0.02, variants=variants, recommendation=decide(variants))
     rounds = [Round(1, 1, [], [], ["init: dense/kernel", "embedding/ResourceScatterAdd"],
                     ["init: dense/kernel", "embedding/ResourceScatterAdd"], 12.5, "round1/train", runs=5,
-                    cause=["python"]),
+                    cause=["python"], kept=True),
               Round(2, 0, [], ["embedding/ResourceScatterAdd"], [], [], 9.0, "round2/train", runs=5, seed="7")]
     test = UserTest(command="opbisect run --patch patch.csv --seed 7 train.py", steps=10, ran=[10, 10], agreed=True,
                     final=["ab12", "ab12"])
     fix = Fix(script="train.py", script_path="/w/train.py", form="fit", rounds=rounds, stopped="REPRODUCIBLE",
               why="the script is bitwise reproducible with everything found applied", switches=[], verify="verify",
               recommendation=Recommendation(variant=PATCHED, patch="patch.csv", seed="7", ratio=1.04),
-              lines=["keras.utils.set_random_seed(7)"], test=test)
+              lines=["keras.utils.set_random_seed(7)"], test=test,
+              checked_on={"tensorflow": "2.21.0", "device": "CPU"})
     return fix, verification
 
 

@@ -10,6 +10,7 @@ from xml.etree import ElementTree
 import pandas as pd
 
 from opbisect.cli import main
+from opbisect.tfcompat import installed_tensorflow
 
 from conftest import NOISE_STEP, write_script
 
@@ -61,6 +62,7 @@ def test_fix_finds_what_a_source_hid_round_by_round_and_verifies_the_patch(tmp_p
     patch = pd.read_csv(folder / "patch.csv")
     assert list(zip(patch["round"], patch["op_name"])) == [(1, "first"), (2, "second")]
     assert fix["recommendation"]["variant"] == "patched" and fix["verify"] == "verify/hidden-verify"
+    assert fix["checked_on"] == {"tensorflow": installed_tensorflow(), "device": "CPU"}  # run warns under another
     assert fix["recommendation"]["patch"] == str(folder / "patch.csv")
     assert any(str(folder / "patch.csv") in line for line in fix["lines"])
     # the user's test: two fresh processes of the step with the patch, compared after each step, agree

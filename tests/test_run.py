@@ -369,3 +369,46 @@ def test_a_step_that_varies_while_no_op_is_named_looks_harder_and_says_so(tmp_pa
     t = run_step(HID_AT_FIRST, name="hid", runs=5, max_runs=20, replay=False)
     assert t.record.meta.looked_harder == "the step varied but no op was named"
     assert t.record.meta.runs == 20 and t.sources == ["first"] and t.code == 1
+
+
+def _kept_fix(folder, env: dict, seed: str = "", tensorflow: str = "2.21.0"):
+    """A fix's folder as `opbisect fix` leaves it: patch.csv, and fix.json whose recommendation applies it."""
+    folder.mkdir(parents=True)
+    (folder / "patch.csv").write_text("round,op_name,op_type,kind\n1,mul,Mul,op\n")  # TRAINS' w * x
+    rec = {"variant": "patched", "patch": str(folder / "patch.csv"), "seed": seed, "env": env, "ratio": 1.02,
+           "unlike_plain": False, "at": ""}
+    (folder / "fix.json").write_text(json.dumps({"script": "train.py", "script_args": ["--epochs", "2"],
+                                                 "recommendation": rec, "checked_on": {"tensorflow": tensorflow}}))
+    return folder / "patch.csv"
+
+
+def test_run_of_a_fixs_patch_warns_where_what_its_users_test_had_is_missing(tmp_path, monkeypatch):
+    """A fix kept for months is run from a shell's history: run says what the fix's agreeing runs had that this
+    one lacks (its environment, XLA's flags each, its seed, its TensorFlow), and is silent where all of it holds."""
+    from opbisect import patched_run, tfcompat
+
+    flags = "--xla_gpu_experimental_enable_fusion_autotuner=false --xla_gpu_enable_triton_gemm=false"
+    csv = _kept_fix(tmp_path / "train-fix", {"XLA_FLAGS": flags, "PYTHONHASHSEED": "7"}, seed="7")
+    monkeypatch.setattr(tfcompat, "installed_tensorflow", lambda: "2.21.0")
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_triton_gemm=false")  # one of the two flags
+    said = patched_run.fix_conditions(str(csv.parent), seed="")
+    assert len(said) == 1 and f"agree with PYTHONHASHSEED=7, XLA_FLAGS={flags}, --seed 7 as well" in said[0]
+    assert "opbisect run --patch" in said[0] and "--seed 7 train.py -- --epochs 2" in said[0]
+    monkeypatch.setenv("XLA_FLAGS", f"--xla_dump_to=/tmp/d {flags}")  # the user's own flags beside the fix's
+    monkeypatch.setenv("PYTHONHASHSEED", "7")
+    assert patched_run.fix_conditions(str(csv), seed="7") == []
+    monkeypatch.setattr(tfcompat, "installed_tensorflow", lambda: "2.22.0")
+    said = patched_run.fix_conditions(str(csv), seed="7")
+    assert len(said) == 1 and "checked under TensorFlow 2.21.0, and this is 2.22.0" in said[0]
+    assert patched_run.fix_conditions("Mul,gradient_tape/x", seed="") == []  # op names: no fix behind them
+
+
+def test_run_says_what_the_fix_had_before_the_script_runs(tmp_path):
+    csv = _kept_fix(tmp_path / "train-fix", {"TF_CUDNN_DETERMINISTIC": "1"})
+    script = write_script(tmp_path, "trains", SETUP + TRAINS)
+    done = opbisect("run", "--patch", csv, script, env={"TF_CUDNN_DETERMINISTIC": ""})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert said(done)[0].startswith(f"opbisect: warning: the fix that made {csv} had two fresh runs agree with "
+                                    "TF_CUDNN_DETERMINISTIC=1 as well")
+    assert done.stdout.startswith("setup ran")  # said before the script's own output

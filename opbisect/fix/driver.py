@@ -47,6 +47,7 @@ class FixDriver:
         self.kept: dict[int, Round] = {}  # rounds a stopped fix finished, by number (fix/resume.py)
         self.kept_verify = False  # its verify finished, and its report is in the staged folder
         self.verified = False  # verify's report is in the staged folder
+        self.checked_on: dict[str, str] = {}  # the TensorFlow and device the rounds ran on (the first's record)
 
     @property
     def patch_csv(self) -> Path:
@@ -72,7 +73,7 @@ class FixDriver:
                   verify=f"verify/{self.settings.script.stem}-verify" if verification else "",
                   recommendation=rec, lines=self.causes + decide.keep_lines(rec, self.form) if rec else [],
                   script_args=list(self.settings.script_args), out=str(self.settings.out), test=test,
-                  refuted=refuted)
+                  refuted=refuted, checked_on=self.checked_on)
         return fix, verification
 
     def tried_in_turn(self, recs: list[Recommendation]) -> tuple[Recommendation | None, UserTest | None, list]:
@@ -103,6 +104,7 @@ class FixDriver:
         record = store.load(settings.out / settings.script.stem)
         if plan.number == 1:
             self.form, self.intercepted = record.meta.form, bool(record.meta.intercepted)
+            self.checked_on = {"tensorflow": record.meta.tf_version, "device": record.meta.device}
         named = {op for r in self.rounds for op in r.sources}
         cause = record.fresh.cause.sources if record.fresh and record.fresh.cause else []
         self.rounds.append(Round(

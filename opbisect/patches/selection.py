@@ -54,6 +54,11 @@ def _csv_path(spec: str) -> Path | None:
     return None
 
 
+def csv_paths(spec: str) -> list[Path]:
+    """The CSVs a spec's items name (a report's or a fix's folder: the CSV in it); its op types and ids left out."""
+    return [p for p in (_csv_path(item.strip()) for item in spec.split(",") if item.strip()) if p is not None]
+
+
 def _read_csv(path: Path) -> tuple[list[str], dict[str, str], int]:
     import pandas as pd
 

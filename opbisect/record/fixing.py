@@ -14,7 +14,7 @@ from .model import UserTest  # noqa: F401  (a fix's record holds it; trace's doe
 from .verification import XLA_FLAGS
 
 FIX_VERSION = 4  # 2: the user's test, the recommendation as data, each round's seed and environment; 3: `refuted`;
-# 4: a round's `kept`
+# 4: a round's `kept`, `checked_on`
 AS_WRITTEN = "as written"  # the recommendation where the script was reproducible before any change
 SEEDED = "seeded"  # where seeding alone (the seed, PYTHONHASHSEED) made it reproducible
 
@@ -99,6 +99,7 @@ class Fix:
     refuted: list[Refuted] = dataclasses.field(default_factory=list)  # tried before it, in order, and refuted
     script_args: list[str] = dataclasses.field(default_factory=list)
     out: str = ""  # the --out it was written under (the fix of another call goes beside it)
+    checked_on: dict[str, str] = dataclasses.field(default_factory=dict)  # {"tensorflow": version, "device": ...}
     version: int = FIX_VERSION
 
     @property

@@ -90,6 +90,8 @@ def round_line(r: Round) -> str:
 def lines(fix: Fix, folder: Path | None = None) -> list[str]:
     out = answer(fix) + [f"{len(fix.rounds)} round(s):"] + [f"  {round_line(r)}" for r in fix.rounds]
     out.append(f"rounds ended: {fix.why}")
+    if fix.checked_on:  # `opbisect run` of its patch warns under another TensorFlow
+        out.append(f"checked under TensorFlow {fix.checked_on.get('tensorflow')} on {fix.checked_on.get('device')}")
     if fix.lines:
         out.append("to keep it in the script instead of `opbisect run`:")
         out += [f"    {line}" for line in fix.lines]
