@@ -4,7 +4,6 @@ with one line on stderr; nothing unexpected ever exits 0 or 1 (those are verdict
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import traceback
 from pathlib import Path
@@ -18,6 +17,8 @@ from .errors import (
     TargetError,
     Terminated,
     one_line,
+    stop_if_came,
+    stops_caught,
 )
 from .settings import FixSettings, RunSettings, TraceSettings, VerifySettings
 
@@ -55,10 +56,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _terminate(signum, frame):
-    raise Terminated()
-
-
 def parse(argv: list[str]) -> argparse.Namespace:
     """The command line; what follows `--` is the script's own arguments (`after_dashes`)."""
     cut = argv.index("--") if "--" in argv else len(argv)
@@ -69,9 +66,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(list(sys.argv[1:] if argv is None else argv))
-    previous = signal.signal(signal.SIGTERM, _terminate)  # cleanup runs as for Ctrl-C
     try:
-        return _dispatch(args)
+        with stops_caught():  # SIGTERM's cleanup runs as for Ctrl-C
+            code = _dispatch(args)
+            stop_if_came()
+            return code
     except TargetError as exc:
         if exc.user_traceback:
             print(exc.user_traceback, file=sys.stderr, end="")
@@ -94,8 +93,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"opbisect: internal error ({type(exc).__name__}: {exc}); this is an opbisect bug: please report it "
               f"with the script and this traceback", file=sys.stderr)
         return EXIT_INTERNAL
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _dispatch(args: argparse.Namespace) -> int:

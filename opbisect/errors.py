@@ -11,6 +11,9 @@
   170  internal error: a bug in opbisect (never 0, 1 or 125, so it is never read as a verdict)
 """
 
+import contextlib
+import signal
+
 EXIT_CLEAN = 0
 EXIT_FOUND = 1
 EXIT_CANNOT_TEST = 125
@@ -91,3 +94,39 @@ class ReportWriteError(OpbisectError):
 
 class Terminated(BaseException):
     """Raised from a SIGTERM handler so that cleanup runs as for Ctrl-C."""
+
+
+# The stop signals that came to this process (`on_stop`), kept so that one whose exception Python dropped still stops
+# the run at the next `stop_if_came`.
+_stops_came: list[int] = []
+
+
+def on_stop(signum, frame) -> None:
+    """SIGINT's and SIGTERM's handler: KeyboardInterrupt or Terminated, raised where the main thread is, and the
+    signal kept. Where that is inside a __del__ or a weakref callback (TensorFlow's objects have many), Python drops
+    the exception ("Exception ignored in ...") and the run would go on to its verdict: a SIGTERM so dropped ended a
+    trace with exit 0 in CI."""
+    _stops_came.append(signum)
+    raise KeyboardInterrupt if signum == signal.SIGINT else Terminated()
+
+
+@contextlib.contextmanager
+def stops_caught():
+    """`on_stop` handles SIGTERM and SIGINT while a command runs, and what was handled before comes back after. A
+    SIGINT left ignored stays ignored (a background job of a non-interactive shell inherits it so); an earlier
+    command's stops in this process are forgotten."""
+    _stops_came.clear()
+    caught = [signal.SIGTERM] + ([signal.SIGINT] if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN else [])
+    previous = {s: signal.signal(s, on_stop) for s in caught}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def stop_if_came() -> None:
+    """Raise the first stop signal that came, if any: a checkpoint where one dropped would otherwise be lost (each
+    run of the step, before a report moves into place, before the exit code)."""
+    if _stops_came:
+        raise KeyboardInterrupt if _stops_came[0] == signal.SIGINT else Terminated()

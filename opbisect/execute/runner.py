@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
 
-from ..errors import CannotTest, InternalError, TargetError
+from ..errors import CannotTest, InternalError, TargetError, stop_if_came
 from ..record.model import InstrumentedRuns, Trajectory
 from ..settings import PINNED_GRAPPLER
 from ..targets.user_errors import error_summary, user_traceback
@@ -165,12 +165,19 @@ class Runner:
 
     @contextlib.contextmanager
     def _task(self, label: str, total: int):
+        """`advance`, called after each run or step: the progress bar's, and a checkpoint for a stop signal whose
+        exception was dropped."""
         if self.progress is None:
-            yield lambda: None
+            yield stop_if_came
             return
         task = self.progress.add_task(label, total=total)
+
+        def advance():
+            stop_if_came()
+            self.progress.advance(task)
+
         try:
-            yield lambda: self.progress.advance(task)
+            yield advance
         finally:
             self.progress.update(task, visible=False)
 

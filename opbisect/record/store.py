@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import RecordError, ReportWriteError, UsageError
+from ..errors import RecordError, ReportWriteError, UsageError, stop_if_came
 from .model import RECORD_VERSION, Record
 
 RECORD = "record.json"
@@ -346,6 +346,7 @@ class ReportFolder:
     def commit(self) -> Path:
         """Move the staged report into place and remove the one it replaces, signals held throughout; a signal
         that came meanwhile is taken (`interrupted`): the report is complete, and the caller says so."""
+        stop_if_came()  # one whose exception was dropped: no report where the user stopped the run
         old = self.out / f".{self.stem}.old-{os.getpid()}"
         try:
             with signals_held(take=True) as came:
