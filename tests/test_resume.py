@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -21,7 +26,7 @@ from opbisect.record import store
 from opbisect.record.fixing import Round
 from opbisect.settings import FixSettings, TraceSettings
 
-from conftest import NOISE_STEP, write_script
+from conftest import NOISE_STEP, child_env, write_script
 
 
 def _fix(script, out, *flags) -> int:
@@ -148,3 +153,69 @@ def test_a_stop_whose_rounds_cannot_be_kept_says_so_and_keeps_nothing(tmp_path):
     settings.script.unlink()  # its key reads the script's bytes
     said = Kept(folder).save(driver)
     assert said.startswith("the fix's finished rounds could not be kept") and Kept(folder).state() is None
+
+
+def _staged_by(pid: int, out: Path, rounds: int, mtime: float) -> Path:
+    """A fix's staged folder as process `pid` left it, with state.json as of `rounds` finished rounds."""
+    folder = out / f".s-fix.{pid}.x1.partial"
+    (folder / "round1").mkdir(parents=True)
+    (folder / "state.json").write_text(json.dumps({"staging": str(folder), "rounds_key": {}, "rounds": [
+        dataclasses.asdict(Round(n, 1, [], [], ["a"], ["a"], 1.0, f"round{n}/s")) for n in range(1, rounds + 1)]}))
+    os.utime(folder / "state.json", (mtime, mtime))
+    return folder
+
+
+def test_a_killed_fix_s_staged_folder_is_kept_unless_its_process_lives_or_the_kept_one_is_newer(tmp_path):
+    settings = FixSettings(script=write_script(tmp_path, "s", NOISE_STEP), out=tmp_path / "r")
+    kept = Kept(store.ReportFolder(settings.out, "s-fix", str(settings.script)))
+    assert kept.adopt() == ""  # no --out yet
+    gone = _pid_of_ended()
+    living = _staged_by(os.getpid(), settings.out, 3, time.time())
+    _staged_by(gone, settings.out, 2, time.time() - 10)
+    assert "killed after 2 finished round(s)" in kept.adopt() and len(kept.state().rounds) == 2
+    assert living.exists() and len(list(settings.out.glob(".s-fix.*.partial"))) == 1  # a running fix's is its own
+    older = _staged_by(gone, settings.out, 1, time.time() - 100)
+    assert kept.adopt() == "" and len(kept.state().rounds) == 2  # the kept rounds are newer
+    replaced = settings.out / f".s-fix.resume.old-{gone}"  # a kept folder being replaced when its fix was killed
+    replaced.mkdir()
+    kept.folder.prepare()
+    assert not older.exists() and not replaced.exists()  # then removed as stale
+
+
+def _pid_of_ended() -> int:
+    """A process id no process has now (the highest free one)."""
+    pid = int(Path("/proc/sys/kernel/pid_max").read_text()) - 1
+    while Path(f"/proc/{pid}").exists():
+        pid -= 1
+    return pid
+
+
+def test_a_fix_killed_outright_after_a_round_goes_on_from_it_with_resume(tmp_path, monkeypatch, capsys):
+    script, out = write_script(tmp_path, "hidden", HIDDEN_BEHIND), tmp_path / "r"
+    monkeypatch.setenv("PYTHONPATH", child_env()["PYTHONPATH"])  # the fix's rounds read it: part of their key
+    proc = subprocess.Popen([sys.executable, "-m", "opbisect", "fix", str(script), "--runs", "3", "--out", str(out),
+                             "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not _rounds_noted(out):
+        time.sleep(0.1)
+    proc.kill()  # SIGKILL: nothing of the fix's own runs
+    assert proc.wait() == -signal.SIGKILL and _rounds_noted(out) >= 1, proc.stderr.read()[-2000:]
+    noted = _rounds_noted(out)
+    calls = _counting(monkeypatch, {})
+    assert _fix(script, out, "--resume") == 0
+    assert calls["trace"] == 3 - noted  # the rounds it noted are not traced again
+    assert f"killed after {noted} finished round(s)" in capsys.readouterr().out
+    fix = json.loads((out / "hidden-fix" / "fix.json").read_text())
+    assert [r["new"] for r in fix["rounds"]] == [["first"], ["second"], []]
+    assert [r["kept"] for r in fix["rounds"]] == [n <= noted for n in (1, 2, 3)]
+    assert not list(out.glob(".*")) and not (out / "hidden-fix" / "state.json").exists()
+
+
+def _rounds_noted(out: Path) -> int:
+    """How many rounds a running fix's staged folder notes as finished (0: none yet)."""
+    for state in out.glob(".hidden-fix.*.partial/state.json"):
+        try:
+            return len(json.loads(state.read_text())["rounds"])
+        except (OSError, ValueError):
+            continue
+    return 0

@@ -3,7 +3,8 @@
     run_fix(settings)
       ReportFolder(<stem>-fix).prepare()       record/store.py (a fix folder is a report: a second fix replaces it)
       Kept(folder).restore(driver)             fix/resume.py, with --resume: the rounds (and verify) a stopped fix
-                                               of the script finished, where they still hold; saved at a stop
+                                               of the script finished, where they still hold; noted after each
+                                               round, kept at a stop (or by the next fix, where it was killed)
       FixDriver(...).run()                     fix/driver.py: rounds of `opbisect trace` in fresh processes, each
                                                with everything found so far applied (fix/plan.py decides), then
                                                verify where ops were patched, then the user's test: two fresh runs
@@ -33,13 +34,17 @@ def run_fix(settings: FixSettings, echo=print) -> int:
     settings.validate()
     checked_path(settings.script)  # one line for a script that is no script, before any round
     folder = store.ReportFolder(settings.out, f"{settings.script.stem}-fix", str(settings.script.resolve()))
+    say = echo if settings.progress else lambda line: None
+    kept = Kept(folder)
+    adopted = kept.adopt()  # before prepare, which removes a dead process's staged folder
     with folder.prepare():
-        say = echo if settings.progress else lambda line: None
-        driver, kept = FixDriver(settings, folder.staging, folder.final, say), Kept(folder)
-        said = kept.restore(driver) if settings.resume else kept.told()
-        if said:
-            say(said)
+        driver = FixDriver(settings, folder.staging, folder.final, say)
+        driver.checkpoint = lambda: kept.note(driver)
+        for said in (adopted, kept.restore(driver) if settings.resume else kept.told()):
+            if said:
+                say(said)
         fix, verification = _ran(driver, kept)
+        kept.drop_checkpoint()
         final = fix_view.write(fix, verification, folder)
     kept.remove()
     for line in fix_view.lines(fix, final):

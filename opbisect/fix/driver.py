@@ -48,6 +48,7 @@ class FixDriver:
         self.kept_verify = False  # its verify finished, and its report is in the staged folder
         self.verified = False  # verify's report is in the staged folder
         self.checked_on: dict[str, str] = {}  # the TensorFlow and device the rounds ran on (the first's record)
+        self.checkpoint = lambda: None  # where a round or verify finished: fix/resume.py notes it for a killed fix
 
     @property
     def patch_csv(self) -> Path:
@@ -114,6 +115,7 @@ class FixDriver:
             seconds=kept.seconds if kept else round(time.time() - began, 1),
             report=f"round{plan.number}/{settings.script.stem}", runs=record.meta.runs, seed=plan.seed,
             looked_harder=record.meta.looked_harder, cause=list(cause), kept=bool(kept)))
+        self.checkpoint()
         self.say(round_line(self.rounds[-1]))
         for s in record.sources:  # one cause, one remedy: once however many variables or batches share it
             said = f"# what differed between fresh processes ({s.kind}), by experiment: {s.known_remedy}"
@@ -150,6 +152,7 @@ class FixDriver:
                                         self._verify_line)
             children.verdict(done, "verify")
         self.verified = True
+        self.checkpoint()
         return store.load_verification(settings.out / f"{settings.script.stem}-verify")
 
     def _verify_line(self, line: str) -> None:

@@ -8,10 +8,14 @@ which those are and what they ran from (their key). A fix given --resume copies 
 and runs only what is left. Each kept round's record goes through the same decision as a round just run, so the
 patch and the next round come out as before. The user's test always runs again: it is the verdict.
 
+    Kept(folder).adopt()        before the staged folder is made: where a fix of the script was killed outright
+                                (SIGKILL, the OOM killer, a machine taken back), its staged folder, which holds
+                                state.json as of its last finished round, becomes the kept one
     Kept(folder).told()         a fix without --resume: one line where a stopped fix of the script left rounds
     Kept(folder).restore(drv)   --resume: what still holds copied into the staged folder, its paths renamed
-    Kept(folder).save(drv)      at a stop: state.json into the staged folder, which moves to the kept one
-    Kept(folder).remove()       the fix ended with a report: nothing left to resume
+    Kept(folder).note(driver)   after each finished round and verify: state.json into the staged folder
+    Kept(folder).save(drv)      at a stop: the last checkpoint, and the staged folder moves to the kept one
+    Kept(folder).remove()       the fix ended with a report: nothing left to resume (state.json left out of it)
     key(settings)               what a child's result depends on that opbisect can see
 """
 
@@ -109,21 +113,51 @@ class Kept:
         and_verify = ", and its verify" if verified else ""
         return f"--resume: {len(rounds)} round(s) kept from the stopped fix{and_verify}: going on from there"
 
+    def checkpoint(self, driver) -> None:
+        """state.json in the staged folder, as of the rounds (and verify) finished so far: what a fix killed outright
+        leaves for `adopt`. Written whole, then renamed over the last one."""
+        verify_key = key(driver.verify_settings()) if driver.verified else None
+        state = State(str(self.folder.staging), key(driver.round_settings(RoundPlan(1))),
+                      [dataclasses.asdict(r) for r in driver.rounds], verify_key)
+        self.folder.write(f"{STATE}.new", json.dumps(dataclasses.asdict(state), indent=1))
+        os.replace(self.folder.staging / f"{STATE}.new", self.folder.staging / STATE)
+
+    def note(self, driver) -> None:
+        """`checkpoint` after a round, where it can be written: where not, the fix goes on (its report comes as
+        before; only a kill would find nothing kept, and a stop says so)."""
+        try:
+            self.checkpoint(driver)
+        except (OSError, OpbisectError):
+            pass
+
     def save(self, driver) -> str:
         """At a stop, where a round finished: the staged folder becomes the kept one; the line to say ("" where
         nothing was kept)."""
         if not driver.rounds or self.folder.staging is None:
             return ""
         try:  # the stop's own exit stands: a fix that cannot keep its rounds says so and keeps none
-            verify_key = key(driver.verify_settings()) if driver.verified else None
-            state = State(str(self.folder.staging), key(driver.round_settings(RoundPlan(1))),
-                          [dataclasses.asdict(r) for r in driver.rounds], verify_key)
-            self.folder.write(STATE, json.dumps(dataclasses.asdict(state), indent=1))
+            self.checkpoint(driver)
             self.folder.keep(self.path)
         except (OSError, OpbisectError) as exc:
             return f"the fix's finished rounds could not be kept ({exc})"
         done = f"{len(driver.rounds)} finished round(s)" + (" and its verify" if driver.verified else "")
         return f"the fix's {done} are kept in {self.path}: the same command with --resume goes on from there"
+
+    def adopt(self) -> str:
+        """Where a fix of this script in this --out was killed outright after a round finished, its staged folder
+        becomes the kept one, unless the kept one is newer; the line to say ("" where none was adopted)."""
+        dead = store.dead_staging(self.folder.out, self.folder.stem, STATE)
+        if not dead or (self.path / STATE).is_file() and \
+                (self.path / STATE).stat().st_mtime >= (dead[-1] / STATE).stat().st_mtime:
+            return ""
+        store.moved_into(dead[-1], self.path)
+        state = self.state()
+        rounds = len(state.rounds) if state else 0
+        return f"a fix of this script was killed after {rounds} finished round(s): they are kept in {self.path}"
+
+    def drop_checkpoint(self) -> None:
+        """The report is about to be written: state.json is no part of it."""
+        (self.folder.staging / STATE).unlink(missing_ok=True)
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)

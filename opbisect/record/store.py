@@ -264,6 +264,37 @@ def remove_stale(folder: Path, pattern: str) -> None:
             shutil.rmtree(entry, ignore_errors=True)
 
 
+def _staged(stem: str) -> str:
+    """The names of `stem`'s staged folders (`ReportFolder.prepare` makes them), group `pid` the process's id."""
+    return rf"\.{re.escape(stem)}\.(?P<pid>\d+)\..*\.partial"
+
+
+def moved_into(folder: Path, into: Path) -> None:
+    """`folder` renamed to `into`, replacing what `into` held; signals held, so that `into` is one folder or the
+    other, never half of each (a process killed in between leaves `.<into>.old-PID`, removed as stale)."""
+    with signals_held():
+        if into.exists():
+            old = into.with_name(f"{into.name}.old-{os.getpid()}")
+            os.rename(into, old)
+            shutil.rmtree(old, ignore_errors=True)
+        os.rename(folder, into)
+
+
+def dead_staging(out: Path, stem: str, holding: str) -> list[Path]:
+    """The staged folders of `stem` in `out` whose process is gone (killed outright) and that hold the file
+    `holding`, oldest first."""
+    try:
+        entries = list(Path(out).iterdir())
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        match = re.fullmatch(_staged(stem), entry.name)
+        if match and not _alive(int(match["pid"])) and (entry / holding).is_file():
+            found.append(entry)
+    return sorted(found, key=lambda e: (e / holding).stat().st_mtime)
+
+
 @contextlib.contextmanager
 def temporary(prefix: str):
     """A temporary folder for child processes' reports, named with this process's id; those of dead processes
@@ -298,8 +329,8 @@ class ReportFolder:
         try:
             self.out.mkdir(parents=True, exist_ok=True)
             stem = re.escape(self.stem)
-            remove_stale(self.out, rf"\.{stem}\.(?P<pid>\d+)\..*\.partial")
-            remove_stale(self.out, rf"\.{stem}\.old-(?P<pid>\d+)")
+            remove_stale(self.out, _staged(self.stem))
+            remove_stale(self.out, rf"\.{stem}(\.resume)?\.old-(?P<pid>\d+)")  # a report's, a kept fix's
             self.staging = Path(tempfile.mkdtemp(prefix=f".{self.stem}.{os.getpid()}.", suffix=".partial",
                                                  dir=self.out))
             os.chmod(self.staging, 0o777 & ~_umask())
@@ -334,14 +365,9 @@ class ReportFolder:
 
     def keep(self, into: Path) -> None:
         """The staged folder moved to `into` rather than removed (what a stopped fix had finished), replacing what
-        `into` held; signals held, so that `into` is one folder or the other, never half of each."""
-        with signals_held():
-            if into.exists():
-                old = into.with_name(f"{into.name}.old-{os.getpid()}")
-                os.rename(into, old)
-                shutil.rmtree(old, ignore_errors=True)
-            os.rename(self.staging, into)
-            self.staging = None
+        `into` held."""
+        moved_into(self.staging, into)
+        self.staging = None
 
     def commit(self) -> Path:
         """Move the staged report into place and remove the one it replaces, signals held throughout; a signal
