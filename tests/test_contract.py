@@ -276,13 +276,15 @@ def _start(tmp_path, *extra) -> tuple[subprocess.Popen, Path]:
     script = write_script(tmp_path, "slow", header + SLOW.format(vary_on="set()"))
     env = {**child_env(), "TMPDIR": str(tmp_path / "tmp")}
     (tmp_path / "tmp").mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "opbisect", "trace", str(script), "--runs", "20", "--out",
+    # 200 runs of a step that sleeps 0.3 s: a minute at least, so the signal finds the run still going on a machine
+    # however loaded; it ends at the signal, not after them
+    proc = subprocess.Popen([sys.executable, "-m", "opbisect", "trace", str(script), "--runs", "200", "--out",
                              str(tmp_path / "r"), "--no-progress", *extra], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while not marker.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
-    assert marker.exists(), proc.communicate()[1][-2000:]
+    assert marker.exists() and proc.poll() is None, proc.communicate()[1][-2000:]
     return proc, tmp_path
 
 
