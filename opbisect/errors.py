@@ -113,9 +113,8 @@ def on_stop(signum, frame) -> None:
 @contextlib.contextmanager
 def stops_caught():
     """`on_stop` handles SIGTERM and SIGINT while a command runs, and what was handled before comes back after. A
-    SIGINT left ignored stays ignored (a background job of a non-interactive shell inherits it so); an earlier
-    command's stops in this process are forgotten."""
-    _stops_came.clear()
+    SIGINT left ignored stays ignored (a background job of a non-interactive shell inherits it so). The stops that
+    came are the command's own: forgotten after it (a later command in this process, a test's, starts clean)."""
     caught = [signal.SIGTERM] + ([signal.SIGINT] if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN else [])
     previous = {s: signal.signal(s, on_stop) for s in caught}
     try:
@@ -123,6 +122,7 @@ def stops_caught():
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        _stops_came.clear()
 
 
 def stop_if_came() -> None:
