@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
+from opbisect import errors
 from opbisect.cli import main
 from opbisect.execute import preflight
 from opbisect.record.model import RECORD_VERSION
@@ -319,6 +320,30 @@ class StopInFinalizer:
 
 StopInFinalizer()
 """
+
+
+class _StopInFinalizer:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(1000))
+
+
+def test_a_stop_python_dropped_is_raised_at_the_next_checkpoint_and_forgotten_after_the_command(monkeypatch):
+    dropped, went_on = [], []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: dropped.append(u.exc_type))
+    with pytest.raises(errors.Terminated):
+        with errors.stops_caught():
+            _StopInFinalizer()  # its SIGTERM's Terminated is raised inside __del__, and dropped
+            went_on.append(True)
+            errors.stop_if_came()
+    assert dropped == [errors.Terminated] and went_on == [True]
+    errors.stop_if_came()  # the command's stop, forgotten after it
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job's
+    try:
+        with errors.stops_caught():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, ignored)
 
 
 @pytest.mark.parametrize("name, code", [("SIGTERM", 143), ("SIGINT", 130)])
