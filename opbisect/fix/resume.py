@@ -147,8 +147,8 @@ class Kept:
         """Where a fix of this script in this --out was killed outright after a round finished, its staged folder
         becomes the kept one, unless the kept one is newer; the line to say ("" where none was adopted)."""
         dead = store.dead_staging(self.folder.out, self.folder.stem, STATE)
-        if not dead or (self.path / STATE).is_file() and \
-                (self.path / STATE).stat().st_mtime >= (dead[-1] / STATE).stat().st_mtime:
+        kept = self.path / STATE
+        if not dead or (kept.is_file() and kept.stat().st_mtime >= (dead[-1] / STATE).stat().st_mtime):
             return ""
         store.moved_into(dead[-1], self.path)
         state = self.state()
