@@ -337,8 +337,9 @@ class FixSettings(StepOptions):
     processes: int = option(1, "each round's trace in this many fresh processes, compared op by op (trace "
                                "--processes)", minimum=1)
     progress: bool = option(True, "no line per round", flag="--no-progress")
-    resume: bool = option(False, "go on from what a stopped fix of this script finished (its rounds, and verify "
-                                 "where it ended), kept in <out>/.<script>-fix.resume/; taken where the script, the "
+    resume: bool = option(False, "go on from what a stopped (or killed) fix of this script finished (its rounds, "
+                                 "and verify where it ended), kept in <out>/.<script>-fix.resume/; taken where the "
+                                 "script, the "
                                  "options, TensorFlow and the environment are the same (not the modules or data "
                                  "the script reads: after changing those, start over)", flag="--resume")
 
