@@ -107,7 +107,7 @@ def on_stop(signum, frame) -> None:
     the exception ("Exception ignored in ...") and the run would go on to its verdict: the one route found by which
     a SIGTERM ends a trace with exit 0, as one did in CI (planted in tests/test_contract.py)."""
     _stops_came.append(signum)
-    raise KeyboardInterrupt if signum == signal.SIGINT else Terminated()
+    raise _stop(signum)
 
 
 @contextlib.contextmanager
@@ -129,4 +129,9 @@ def stop_if_came() -> None:
     """Raise the first stop signal that came, if any: a checkpoint where one dropped would otherwise be lost (each
     run of the step, before a report moves into place, before the exit code)."""
     if _stops_came:
-        raise KeyboardInterrupt if _stops_came[0] == signal.SIGINT else Terminated()
+        raise _stop(_stops_came[0])
+
+
+def _stop(signum: int) -> BaseException:
+    """What a stop signal raises: Ctrl-C's KeyboardInterrupt, SIGTERM's Terminated."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated()

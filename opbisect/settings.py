@@ -339,9 +339,8 @@ class FixSettings(StepOptions):
     progress: bool = option(True, "no line per round", flag="--no-progress")
     resume: bool = option(False, "go on from what a stopped (or killed) fix of this script finished (its rounds, "
                                  "and verify where it ended), kept in <out>/.<script>-fix.resume/; taken where the "
-                                 "script, the "
-                                 "options, TensorFlow and the environment are the same (not the modules or data "
-                                 "the script reads: after changing those, start over)", flag="--resume")
+                                 "script, the options, TensorFlow and the environment are the same (not the modules "
+                                 "or data the script reads: after changing those, start over)", flag="--resume")
 
     def validate(self) -> None:
         super().validate()

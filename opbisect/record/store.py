@@ -251,17 +251,20 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale(folder: Path, pattern: str) -> None:
-    """Remove what a process killed outright (SIGKILL) left in `folder`: entries matching `pattern`, a regex whose
-    group `pid` is the process that made them, where that process is gone."""
+def _left_by_the_dead(folder: Path, pattern: str) -> list[Path]:
+    """The entries of `folder` matching `pattern`, a regex whose group `pid` is the process that made them, where
+    that process is gone (killed outright: SIGKILL)."""
     try:
         entries = list(Path(folder).iterdir())
     except OSError:
-        return
-    for entry in entries:
-        match = re.fullmatch(pattern, entry.name)
-        if match and not _alive(int(match["pid"])):
-            shutil.rmtree(entry, ignore_errors=True)
+        return []
+    return [e for e in entries if (m := re.fullmatch(pattern, e.name)) and not _alive(int(m["pid"]))]
+
+
+def remove_stale(folder: Path, pattern: str) -> None:
+    """Remove what a process killed outright left in `folder` (`_left_by_the_dead`)."""
+    for entry in _left_by_the_dead(folder, pattern):
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def _staged(stem: str) -> str:
@@ -283,15 +286,7 @@ def moved_into(folder: Path, into: Path) -> None:
 def dead_staging(out: Path, stem: str, holding: str) -> list[Path]:
     """The staged folders of `stem` in `out` whose process is gone (killed outright) and that hold the file
     `holding`, oldest first."""
-    try:
-        entries = list(Path(out).iterdir())
-    except OSError:
-        return []
-    found = []
-    for entry in entries:
-        match = re.fullmatch(_staged(stem), entry.name)
-        if match and not _alive(int(match["pid"])) and (entry / holding).is_file():
-            found.append(entry)
+    found = [e for e in _left_by_the_dead(out, _staged(stem)) if (e / holding).is_file()]
     return sorted(found, key=lambda e: (e / holding).stat().st_mtime)
 
 

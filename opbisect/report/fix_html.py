@@ -16,6 +16,7 @@ from . import drawing, verify_view
 from .html import CSS
 
 FILENAME = "report.html"
+KEPT = "kept from a stopped fix"  # beside a round's seconds where --resume took it back (here and in the summary)
 
 
 def page(fix: Fix, verification: Verification | None, answer: list[str]) -> str:
@@ -38,7 +39,7 @@ def _rounds(fix: Fix) -> str:
         f"<td>{escape(' '.join(r.switches + ([f'--seed {r.seed}'] if r.seed else []))) or '-'}</td>"
         f'<td class="num">{len(r.patched)}</td>'
         f"<td>{'bitwise reproducible' if r.exit_code == 0 else _ops(r.sources)}</td><td>{_ops(r.new) or '-'}</td>"
-        f'<td class="num">{r.seconds}{" (kept from a stopped fix)" if r.kept else ""}</td>'
+        f'<td class="num">{r.seconds}{f" ({KEPT})" if r.kept else ""}</td>'
         f'<td><a href="{escape(r.report)}/summary.txt"><code>{escape(r.report)}'
         f"</code></a></td></tr>" for r in fix.rounds)
     return ("<h2>Rounds</h2><p>Each round traces the script with everything the rounds before it found applied: a "

@@ -79,7 +79,7 @@ def round_line(r: Round) -> str:
     applied += [f"--seed {r.seed}"] if r.seed else []
     applied += [f"under {' '.join(r.switches)}"] if r.switches else []
     did = ", ".join(applied) + (f", {r.runs} runs" if r.runs else "")
-    took = f"{r.seconds} s" + (" (kept from a stopped fix)" if r.kept else "")
+    took = f"{r.seconds} s" + (f" ({fix_html.KEPT})" if r.kept else "")
     if r.exit_code == 0:
         return f"round {r.number} ({did}): bitwise reproducible, {took}"
     cause = f"; cause pinned by experiment: {', '.join(r.cause)}" if r.cause else ""
