@@ -21,16 +21,21 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CASES = {  # name: (rows, columns, segments, ids)
-    "BERT-like tokens (2048 x 128 into 4000, Zipf)": (2048, 128, 4000, "zipf"),
+    "BERT-base word embedding (4096 x 768 into 30522, Zipf)": (4096, 768, 30522, "zipf"),
+    "BERT-like tokens (2048 x 128 into 4000, Zipf, 1% of ids out of range)": (2048, 128, 4000, "dropped"),
     "BERT-like positions (2048 x 128 into 64)": (2048, 128, 64, "cycle"),
     "large table (65536 x 128 into 1M, Zipf)": (65536, 128, 1_000_000, "zipf"),
 }
 
 
 def _ids(rng, rows: int, segments: int, kind: str):
-    if kind == "zipf":
-        return np.minimum(rng.zipf(1.3, rows), segments) - 1
-    return np.arange(rows) % segments
+    if kind == "cycle":
+        return np.arange(rows) % segments
+    ids = np.minimum(rng.zipf(1.3, rows), segments) - 1
+    if kind == "dropped":  # below and past the end: every form must drop them, as the op does
+        out = rng.random(rows) < 0.01
+        ids[out] = rng.choice([-1, segments], out.sum())
+    return ids
 
 
 def _variants(num: int):
@@ -62,7 +67,8 @@ def main(argv: list[str]) -> int:
             ids = _ids(rng, n, num, kind).astype(np.int32)
             rows = rng.normal(size=(n, width)).astype(np.float32)
             exact = np.zeros((num, width))
-            np.add.at(exact, ids, rows.astype(np.float64))
+            kept = (ids >= 0) & (ids < num)
+            np.add.at(exact, ids[kept], rows[kept].astype(np.float64))
             r, i = tf.constant(rows), tf.constant(ids)
             print(f"{case}:")
             for name, fn in _variants(num).items():

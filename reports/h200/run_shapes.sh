@@ -70,6 +70,10 @@
 #                                             # Triton switch by hand (200 runs, two fresh runs)
 #   bash reports/h200/run_shapes.sh lease27b  # a short lease: capture in turn, the fix's verify of BERT-base mixed;
 #                                             # on an H200 the kernel's forms and the Triton switch's user's test
+#   bash reports/h200/run_shapes.sh lease28   # the compact fixed-point sum (2026-12-07): on an H200 leanonly; the
+#                                             # segment sums' forms at BERT-base's word embedding; BERT-base mixed's
+#                                             # patched step before (carried as .gpu/old) and after, then under the
+#                                             # Triton switch (100 runs)
 #   bash reports/h200/run_shapes.sh fixresume # after a lease whose fix its limit stopped: copy its
 #                                             # shapes-PHASE-kept.tgz to .gpu/kept.tgz, carry it, and the fix goes
 #                                             # on from its finished rounds and verify (fix --resume)
@@ -378,6 +382,16 @@ case $PHASE in
              apart nt100_apart nt100a nt100b
            fi ;;
   lease25c) build; OPBISECT_BERT=base fixed bert_like_fit_mixed 900 ;;
+  lease28) build  # the segment sum under XLA with its int64 sums one slot per input row, not per output row
+           if on_h200; then bash "$0" leanonly; fi
+           run xla_segment_sum 240 python3 benchmarks/xla_segment_sum.py --device gpu
+           # the patch before the change (the tree at 245d9bc, carried as .gpu/old) and after, each against the
+           # plain step in its own process, 20 timed steps
+           PYTHONPATH="$PWD/.gpu/old:$PYTHONPATH" xla_verify mixed_before "$MIXED_PATCH" "$R/mixed_before" \
+             --timing-runs 20
+           xla_verify mixed_after "$MIXED_PATCH" "$R/mixed_after" --timing-runs 20
+           XLA_FLAGS="$NO_TRITON" xla_verify mixed_after_nt "$MIXED_PATCH" "$R/mixed_after_nt" --timing-runs 20 \
+             --confirm-runs 100 ;;
   fixresume) build  # the fix of BERT-base mixed a lease's limit stopped, resumed: its kept folder (the previous
              # lease's shapes-PHASE-kept.tgz, carried as .gpu/kept.tgz) unpacked where the fix writes, then --resume
              tar xzf .gpu/kept.tgz -C "$R"
