@@ -12,7 +12,8 @@ Every one becomes a sum per key that no order can change, built five ways (`_pat
   stable radix sort of the keys, then `SegmentReduceGPU` (one thread per output element adds its segment's rows
   in order), always, with no switch: `segment_reduction_ops_gpu.cu.h` calls it deterministic. They size their
   output from the count of distinct keys, which waits for the GPU: slower than the combine.
-- **fixed** (a segment sum of float32, float16 or bfloat16 under XLA): each row scaled by a power of two taken
+- **fixed** (a segment sum of float32, float16 or bfloat16 under XLA, its output at most `_FIXED_MAX_GROWTH`
+  times its input's rows): each row scaled by a power of two taken
   from its segment's largest magnitude, rounded to an int64, and the integers added by XLA's own scatter into a
   compact buffer, one slot per input row (each key's rows into its first row's slot). Integer adds give the same
   bits in any order, so its atomics no longer matter. Each input is rounded to a grid of 2**(ceil(log2 n) - 60)
@@ -22,7 +23,7 @@ Every one becomes a sum per key that no order can change, built five ways (`_pat
   once every time). Infinities and NaNs are summed apart (zeros, infinities and NaNs give the same result in any
   order). Each key's float sum then goes to its segment among the other slots' zeros: one term not zero per
   segment, the same bits in any order.
-- **scan** (under XLA, any other dtype): sort the rows by key (a stable sort), then a segmented
+- **scan** (under XLA otherwise, and any other dtype): sort the rows by key (a stable sort), then a segmented
   inclusive scan by doubling (Hillis-Steele), in which every row's partial sum is formed by the same adds in the
   same tree order on every run. Only sorts, gathers, `where` and elementwise adds: no atomics, no repeated
   scatter index.
@@ -120,10 +121,15 @@ _SORT_KERNEL_DTYPES = ("float16", "bfloat16", "float32", "float64")  # TF's GPU 
 
 
 _FIXED_DTYPES = ("float16", "bfloat16", "float32")  # 62 bits hold a float32's 24 and a sum's headroom; not float64's
+# Output rows per input row past which the sort costs less: the fixed form's int64 adds fall where the op's float
+# adds fall, on the same few rows when ids are skewed (a Zipf law), and an int64 add waits longer there (H100, 65,536
+# Zipf rows x 128 into 1M: 850 us for the int64 adds alone, the scan 608 us in all; benchmarks/xla_segment_sum.py).
+_FIXED_MAX_GROWTH = 4
 
 
 def _path(ctx, dtype) -> str:
-    """Which of the forms above a node gets: "cpu", "combine", "sorted", "fixed" or "scan"."""
+    """Which of the forms above a node gets: "cpu", "combine", "sorted", "fixed" or "scan" (a segment sum's "fixed"
+    becomes "scan" where its output is much larger than its input: `segment_sum`)."""
     if ctx.on_cpu:
         return "cpu"
     if ctx.xla:
@@ -181,9 +187,17 @@ def segment_sum(rows, ids, num_segments, ctx):
         return _combined_sum(rows, ids, num_segments)
     if path == "sorted":
         return _sorted_kernel_sum(rows, ids, num_segments)
-    if path == "fixed":
+    if path == "fixed" and not _sparse_output(rows, num_segments):
         return fixed_point_sum(rows, ids, num_segments)
     return _scan_sum(rows, ids, num_segments, ctx.xla)
+
+
+def _sparse_output(rows, num_segments) -> bool:
+    """Whether the output has more than _FIXED_MAX_GROWTH times the input's rows (both known while tracing)."""
+    import tensorflow as tf
+
+    num = tf.get_static_value(num_segments)
+    return num is not None and rows.shape[0] is not None and int(num) > _FIXED_MAX_GROWTH * max(rows.shape[0], 1)
 
 
 def _negative_outside(keys, num):
@@ -361,9 +375,11 @@ def fixed_point_sum(rows, ids, num_segments):
 
 def _scan_sum(rows, ids, num_segments, xla: bool):
     """The scan form: each key's sum is its run's last running sum, written to its segment by a segment sum in
-    which every other row is zero (adding zeros in any order gives the same bits, so its atomics do not matter).
-    O(rows + segments): a search of every segment among the keys (the form before) made XLA compare all pairs,
-    503 GiB for 65k ids into 1M rows."""
+    which, under XLA, every other row goes past the end, where XLA's scatter drops it: one add per output row, no
+    atomics that wait on each other. (Until 2026-12-07 every other row added zeros, in any order the same bits, as
+    it still does outside XLA, but a skewed id's adds of zeros waited on each other.) O(rows + segments): a search
+    of every segment among the keys (the form before) made XLA compare all pairs, 503 GiB for 65k ids into 1M
+    rows."""
     import tensorflow as tf
 
     num = tf.cast(num_segments, tf.int64)
@@ -375,8 +391,11 @@ def _scan_sum(rows, ids, num_segments, xla: bool):
     _, keys, rows = _sorted(keys, rows, xla)
     sums = segmented_scan(rows, keys)
     last = tf.concat([tf.not_equal(keys[:-1], keys[1:]), tf.ones([1], tf.bool)], 0)
-    only_last = tf.where(_column(last, sums), sums, tf.zeros_like(sums))
-    return tf.math.unsorted_segment_sum(only_last, keys, num + 2)[:num]
+    if not xla:  # TensorFlow's CPU kernel refuses ids past the end: the other rows add zeros
+        only_last = tf.where(_column(last, sums), sums, tf.zeros_like(sums))
+        return tf.math.unsorted_segment_sum(only_last, keys, num + 2)[:num]
+    # the dropped ids' segment and the sentinel's are past the end too
+    return tf.math.unsorted_segment_sum(sums, tf.where(last, keys, num), num)
 
 
 def _as_rows(data, ids):

@@ -74,6 +74,9 @@
 #                                             # segment sums' forms at BERT-base's word embedding; BERT-base mixed's
 #                                             # patched step before (carried as .gpu/old) and after, then under the
 #                                             # Triton switch (100 runs)
+#   bash reports/h200/run_shapes.sh lease28b  # the scan under XLA dropping its other rows past the end: the segment
+#                                             # sums' forms and BERT-base mixed's patched step, before (.gpu/old)
+#                                             # and after in turn, twice
 #   bash reports/h200/run_shapes.sh fixresume # after a lease whose fix its limit stopped: copy its
 #                                             # shapes-PHASE-kept.tgz to .gpu/kept.tgz, carry it, and the fix goes
 #                                             # on from its finished rounds and verify (fix --resume)
@@ -392,6 +395,16 @@ case $PHASE in
            xla_verify mixed_after "$MIXED_PATCH" "$R/mixed_after" --timing-runs 20
            XLA_FLAGS="$NO_TRITON" xla_verify mixed_after_nt "$MIXED_PATCH" "$R/mixed_after_nt" --timing-runs 20 \
              --confirm-runs 100 ;;
+  lease28b) build  # the scan's other rows dropped past the end (no adds of zeros); the fixed form compact, up to 4x
+            before() { PYTHONPATH="$PWD/.gpu/old:$PYTHONPATH" "$@"; }  # the tree at 245d9bc, carried
+            before run which_before 30 python3 -c "import opbisect.patches.reductions as r; print(r.__file__)"
+            before run xla_segment_sum_before 200 python3 benchmarks/xla_segment_sum.py --device gpu
+            run xla_segment_sum_after 200 python3 benchmarks/xla_segment_sum.py --device gpu
+            for n in 1 2; do  # each against the plain step in its own process, 5 runs, 20 timed steps
+              before xla_verify "mixed_before_$n" "$MIXED_PATCH" "$R/mixed_before_$n" --runs 5 --confirm-runs 0 \
+                --timing-runs 20
+              xla_verify "mixed_after_$n" "$MIXED_PATCH" "$R/mixed_after_$n" --runs 5 --confirm-runs 0 --timing-runs 20
+            done ;;
   fixresume) build  # the fix of BERT-base mixed a lease's limit stopped, resumed: its kept folder (the previous
              # lease's shapes-PHASE-kept.tgz, carried as .gpu/kept.tgz) unpacked where the fix writes, then --resume
              tar xzf .gpu/kept.tgz -C "$R"
