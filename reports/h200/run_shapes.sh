@@ -400,7 +400,7 @@ case $PHASE in
             before run which_before 30 python3 -c "import opbisect.patches.reductions as r; print(r.__file__)"
             before run xla_segment_sum_before 200 python3 benchmarks/xla_segment_sum.py --device gpu
             run xla_segment_sum_after 200 python3 benchmarks/xla_segment_sum.py --device gpu
-            for n in 1 2; do  # each against the plain step in its own process, 5 runs, 20 timed steps
+            for n in $(seq "${PAIRS:-2}"); do  # each against the plain step in its own process, 5 runs, 20 timed steps
               before xla_verify "mixed_before_$n" "$MIXED_PATCH" "$R/mixed_before_$n" --runs 5 --confirm-runs 0 \
                 --timing-runs 20
               xla_verify "mixed_after_$n" "$MIXED_PATCH" "$R/mixed_after_$n" --runs 5 --confirm-runs 0 --timing-runs 20
