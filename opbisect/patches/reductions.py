@@ -13,10 +13,10 @@ Every one becomes a sum per key that no order can change, built five ways (`_pat
   in order), always, with no switch: `segment_reduction_ops_gpu.cu.h` calls it deterministic. They size their
   output from the count of distinct keys, which waits for the GPU: slower than the combine.
 - **fixed** (a segment sum of float32, float16 or bfloat16 under XLA, its output at most `_FIXED_MAX_GROWTH`
-  times its input's rows): each row scaled by a power of two taken
-  from its segment's largest magnitude, rounded to an int64, and the integers added by XLA's own scatter into a
-  compact buffer, one slot per input row (each key's rows into its first row's slot). Integer adds give the same
-  bits in any order, so its atomics no longer matter. Each input is rounded to a grid of 2**(ceil(log2 n) - 60)
+  times its input's rows): each row scaled by a power of two taken from its segment's largest magnitude, rounded
+  to an int64, and the integers added by XLA's own scatter into a compact buffer, one slot per input row (each
+  key's rows into its first row's slot). Integer adds give the same bits in any order, so its atomics no longer
+  matter. Each input is rounded to a grid of 2**(ceil(log2 n) - 60)
   of its segment's largest magnitude (2**-49 at 2048 rows), so the sum is the exact sum up to n half-steps of that
   grid (2**-39 of the largest at 2048 rows, at worst), then rounded to the dtype through float64: closer to the
   exact sum than a float32 sum in any order (in benchmarks/xla_segment_sum.py's 128.5M sums, the exact sum rounded
@@ -336,10 +336,9 @@ def fixed_point_sum(rows, ids, num_segments):
     through int64 adds. Ids outside [0, num_segments) are dropped.
 
     The int64 sums are kept compact, one slot per input row: each key's rows add into the slot of its first row,
-    and only the float sums go out to the segments. A buffer of int64 as large as the output (its zeros written,
-    then read back and converted) cost more than the op it replaced: the output is often many times the input (an
-    embedding's gradient, 4096 tokens into a vocabulary of 30522), and the int64 buffer twice the output's bytes.
-    The final sum has one term per key that is not zero (or infinite, or NaN): its order cannot change the bits."""
+    and only the float sums go out to the segments. An int64 buffer the output's size (up to 4x the input's rows,
+    twice the output's bytes) had its zeros written, then was read back and converted, all to no purpose. The
+    final sum has one term per key that is not zero (or infinite, or NaN): its order cannot change the bits."""
     import tensorflow as tf
 
     num = tf.cast(num_segments, tf.int64)
