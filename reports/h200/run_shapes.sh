@@ -76,7 +76,11 @@
 #                                             # Triton switch (100 runs)
 #   bash reports/h200/run_shapes.sh lease28b  # the scan under XLA dropping its other rows past the end: the segment
 #                                             # sums' forms and BERT-base mixed's patched step, before (.gpu/old)
-#                                             # and after in turn, twice
+#                                             # and after in turn, twice (here first: mkdir -p .gpu/old && git
+#                                             # archive 245d9bc opbisect | tar x -C .gpu/old; carry .gpu/old)
+#   bash reports/h200/run_shapes.sh lease29   # the next lease: on an H200 issue 42's goals first (leanonly: capture
+#                                             # twice; BERT-base mixed's patch under the Triton switch, 100 runs),
+#                                             # then lease28b with one pair; on an H100 lease28b alone
 #   bash reports/h200/run_shapes.sh fixresume # after a lease whose fix its limit stopped: copy its
 #                                             # shapes-PHASE-kept.tgz to .gpu/kept.tgz, carry it, and the fix goes
 #                                             # on from its finished rounds and verify (fix --resume)
@@ -395,6 +399,12 @@ case $PHASE in
            xla_verify mixed_after "$MIXED_PATCH" "$R/mixed_after" --timing-runs 20
            XLA_FLAGS="$NO_TRITON" xla_verify mixed_after_nt "$MIXED_PATCH" "$R/mixed_after_nt" --timing-runs 20 \
              --confirm-runs 100 ;;
+  lease29) build
+           if on_h200; then
+             bash "$0" leanonly
+             XLA_FLAGS="$NO_TRITON" xla_verify mixed_nt "$MIXED_PATCH" "$R/mixed_nt" --timing-runs 20 --confirm-runs 100
+           fi
+           PAIRS=$(on_h200 && echo 1 || echo 2) bash "$0" lease28b ;;
   lease28b) build  # the scan's other rows dropped past the end (no adds of zeros); the fixed form compact, up to 4x
             before() { PYTHONPATH="$PWD/.gpu/old:$PYTHONPATH" "$@"; }  # the tree at 245d9bc, carried
             before run which_before 30 python3 -c "import opbisect.patches.reductions as r; print(r.__file__)"
