@@ -371,20 +371,6 @@ def test_the_fixed_point_sums_gradient_is_the_ops(rng):
     assert bitwise(ours.numpy(), op.numpy()) and not ours.numpy()[ids.numpy() < 0].any()
 
 
-def test_under_xla_the_fixed_point_sums_int64_buffer_has_the_inputs_rows_not_the_outputs(rng):
-    # the most output rows per input row the fixed form takes; the int64 sums must not be the output's size
-    ctx = PatchContext(op_type="UnsortedSegmentSum", attrs={}, xla=True, on_cpu=False)
-    data = rng.normal(size=(64, 4)).astype(np.float32)
-    ids = rng.integers(0, 256, 64).astype(np.int32)
-    ids[:8] = ids[8]  # a repeated id
-    fn = tf.function(lambda d, i: reductions.segment_sum(d, i, 256, ctx), jit_compile=True)
-    graph = fn.get_concrete_function(tf.constant(data), tf.constant(ids)).graph
-    wide = [op for op in graph.get_operations() if op.type == "UnsortedSegmentSum" and op.outputs[0].dtype == tf.int64]
-    assert wide and all(op.outputs[0].shape[0] == 64 for op in wide)
-    assert "XlaSort" not in {op.type for op in graph.get_operations()}
-    assert bitwise(fn(tf.constant(data), tf.constant(ids)).numpy(), exact_sum(data, ids, 256))
-
-
 def test_under_xla_a_segment_sum_far_larger_than_its_input_takes_the_scan(rng):
     ctx = PatchContext(op_type="UnsortedSegmentSum", attrs={}, xla=True, on_cpu=False)
     data = tf.constant(rng.normal(size=(64, 4)).astype(np.float32))

@@ -13,16 +13,13 @@ Every one becomes a sum per key that no order can change, built five ways (`_pat
   in order), always, with no switch: `segment_reduction_ops_gpu.cu.h` calls it deterministic. They size their
   output from the count of distinct keys, which waits for the GPU: slower than the combine.
 - **fixed** (a segment sum of float32, float16 or bfloat16 under XLA, its output at most `_FIXED_MAX_GROWTH`
-  times its input's rows): each row scaled by a power of two taken from its segment's largest magnitude, rounded
-  to an int64, and the integers added by XLA's own scatter into a compact buffer, one slot per input row (each
-  key's rows into its first row's slot). Integer adds give the same bits in any order, so its atomics no longer
-  matter. Each input is rounded to a grid of 2**(ceil(log2 n) - 60)
-  of its segment's largest magnitude (2**-49 at 2048 rows), so the sum is the exact sum up to n half-steps of that
-  grid (2**-39 of the largest at 2048 rows, at worst), then rounded to the dtype through float64: closer to the
-  exact sum than a float32 sum in any order (in benchmarks/xla_segment_sum.py's 128.5M sums, the exact sum rounded
-  once every time). Infinities and NaNs are summed apart (zeros, infinities and NaNs give the same result in any
-  order). Each key's float sum then goes to its segment among the other slots' zeros: one term not zero per
-  segment, the same bits in any order.
+  times its input): each row scaled by a power of two taken from its segment's largest magnitude, rounded to an
+  int64, and the integers added by XLA's own scatter. Integer adds give the same bits in any order, so its atomics
+  no longer matter. Each input is rounded to a grid of 2**(ceil(log2 n) - 60) of its segment's largest magnitude
+  (2**-49 at 2048 rows), so the sum is the exact sum up to n half-steps of that grid (2**-39 of the largest at 2048
+  rows, at worst), then rounded to the dtype through float64: closer to the exact sum than a float32 sum in any
+  order (in benchmarks/xla_segment_sum.py's 128.5M sums, the exact sum rounded once every time). Infinities and
+  NaNs are summed apart (zeros, infinities and NaNs give the same result in any order).
 - **scan** (under XLA otherwise, and any other dtype): sort the rows by key (a stable sort), then a segmented
   inclusive scan by doubling (Hillis-Steele), in which every row's partial sum is formed by the same adds in the
   same tree order on every run. Only sorts, gathers, `where` and elementwise adds: no atomics, no repeated
@@ -121,9 +118,10 @@ _SORT_KERNEL_DTYPES = ("float16", "bfloat16", "float32", "float64")  # TF's GPU 
 
 
 _FIXED_DTYPES = ("float16", "bfloat16", "float32")  # 62 bits hold a float32's 24 and a sum's headroom; not float64's
-# Output rows per input row past which the sort costs less: the fixed form's int64 adds fall where the op's float
-# adds fall, on the same few rows when ids are skewed (a Zipf law), and an int64 add waits longer there (H100, 65,536
-# Zipf rows x 128 into 1M: 850 us for the int64 adds alone, the scan 608 us in all; benchmarks/xla_segment_sum.py).
+# Output rows per input row past which the fixed form's int64 buffer costs more than a sort. (A compact form, the
+# int64 sums one slot per input row, was timed on 2026-12-07 and dropped: below this growth it was slower, 22 against
+# 19 us at 2048 rows into 4000 on an H100, one kernel more to find each key's slot; above it slower than the scan,
+# its int64 adds on a skewed id waiting on each other: reports/h100/shapes/README.md#lease28.)
 _FIXED_MAX_GROWTH = 4
 
 
@@ -333,12 +331,7 @@ def _power_of_two(exponent):
 
 def fixed_point_sum(rows, ids, num_segments):
     """The fixed form (the module's docstring): unsorted_segment_sum(rows, ids, num_segments) over the first axis,
-    through int64 adds. Ids outside [0, num_segments) are dropped.
-
-    The int64 sums are kept compact, one slot per input row: each key's rows add into the slot of its first row,
-    and only the float sums go out to the segments. An int64 buffer the output's size (up to 4x the input's rows,
-    twice the output's bytes) had its zeros written, then was read back and converted, all to no purpose. The
-    final sum has one term per key that is not zero (or infinite, or NaN): its order cannot change the bits."""
+    through int64 adds. Ids outside [0, num_segments) are dropped."""
     import tensorflow as tf
 
     num = tf.cast(num_segments, tf.int64)
@@ -350,24 +343,19 @@ def fixed_point_sum(rows, ids, num_segments):
         x = tf.cast(rows, tf.float32)
         finite = tf.math.is_finite(x)
         clean = tf.where(finite, x, tf.zeros_like(x))
-        n = tf.shape(x)[0]
-        # each row's slot: the first row of its key (a min: order-free), over the keys' own table, never the output
-        slot = tf.gather(tf.math.unsorted_segment_min(tf.range(n), keys, num + 1), keys)
-        largest = tf.math.unsorted_segment_max(tf.reduce_max(tf.abs(clean), axis=tf.range(1, tf.rank(x))), slot,
-                                               n)  # a max: order-free
-        # largest < 2**top (its exponent field, read from its bits; an empty slot's lowest float becomes 0), and
+        largest = tf.math.unsorted_segment_max(tf.reduce_max(tf.abs(clean), axis=tf.range(1, tf.rank(x))), keys,
+                                               num + 1)  # a max: order-free
+        # largest < 2**top (its exponent field, read from its bits; an empty segment's lowest float becomes 0), and
         # n rows sum to less than 2**(top + width): scaled by 2**shift they stay below 2**_FIXED_BITS.
         top = tf.bitwise.right_shift(tf.bitcast(tf.maximum(largest, 0.0), tf.int32), 23) - 126
-        rows_in = tf.cast(tf.maximum(n, 1), tf.float64)
-        width = tf.cast(tf.math.ceil(tf.math.log(rows_in) / tf.math.log(tf.constant(2.0, tf.float64))), tf.int32) + 1
+        n = tf.cast(tf.maximum(tf.shape(x)[0], 1), tf.float64)
+        width = tf.cast(tf.math.ceil(tf.math.log(n) / tf.math.log(tf.constant(2.0, tf.float64))), tf.int32) + 1
         shift = _FIXED_BITS - width - top
-        scaled = tf.cast(clean, tf.float64) * _column(tf.gather(_power_of_two(shift), slot), clean)  # exact
-        total = tf.math.unsorted_segment_sum(tf.cast(tf.round(scaled), tf.int64), slot, n)
+        scaled = tf.cast(clean, tf.float64) * _column(tf.gather(_power_of_two(shift), keys), clean)  # exact
+        total = tf.math.unsorted_segment_sum(tf.cast(tf.round(scaled), tf.int64), keys, num + 1)
         back = tf.cast(tf.cast(total, tf.float64) * _column(_power_of_two(-shift), total), tf.float32)
-        odd = tf.where(finite, tf.zeros_like(x), x)  # inf, NaN: summed in any order, they give the same bits
-        # the spare segment's key is past the end: its rows are dropped, as the op drops them
-        return tf.cast(tf.math.unsorted_segment_sum(back + odd, keys, num), rows.dtype), \
-            lambda upstream: _spare_gradient(upstream, keys)
+        odd = tf.math.unsorted_segment_sum(tf.where(finite, tf.zeros_like(x), x), keys, num + 1)  # inf, NaN
+        return tf.cast((back + odd)[:num], rows.dtype), lambda upstream: _spare_gradient(upstream, keys)
 
     return summed(rows)
 
@@ -376,9 +364,10 @@ def _scan_sum(rows, ids, num_segments, xla: bool):
     """The scan form: each key's sum is its run's last running sum, written to its segment by a segment sum in
     which, under XLA, every other row goes past the end, where XLA's scatter drops it: one add per output row, no
     atomics that wait on each other. (Until 2026-12-07 every other row added zeros, in any order the same bits, as
-    it still does outside XLA, but a skewed id's adds of zeros waited on each other.) O(rows + segments): a search
-    of every segment among the keys (the form before) made XLA compare all pairs, 503 GiB for 65k ids into 1M
-    rows."""
+    it still does outside XLA, but a skewed id's adds of zeros waited on each other: on an H100 136 against 151 us
+    at BERT-base's word embedding, 474 against 605 us at 65k Zipf rows into 1M, the same bits;
+    reports/h100/shapes/README.md#lease28c.) O(rows + segments): a search of every segment among the keys (the
+    form before) made XLA compare all pairs, 503 GiB for 65k ids into 1M rows."""
     import tensorflow as tf
 
     num = tf.cast(num_segments, tf.int64)
