@@ -74,8 +74,8 @@
 #                                             # segment sums' forms at BERT-base's word embedding; BERT-base mixed's
 #                                             # patched step before (carried as .gpu/old) and after, then under the
 #                                             # Triton switch (100 runs)
-#   bash reports/h200/run_shapes.sh lease28b  # the scan under XLA dropping its other rows past the end: the segment
-#                                             # sums' forms and BERT-base mixed's patched step, before (.gpu/old)
+#   bash reports/h200/run_shapes.sh lease28b  # the scan under XLA dropping its other rows past the end (its op
+#                                             # timed in lease28c): BERT-base mixed's patched step, before (.gpu/old)
 #                                             # and after in turn, twice (here first: mkdir -p .gpu/old && git
 #                                             # archive 245d9bc opbisect | tar x -C .gpu/old; carry .gpu/old)
 #   bash reports/h200/run_shapes.sh lease29   # the next lease: on an H200 issue 42's goals first (leanonly: capture
@@ -405,11 +405,9 @@ case $PHASE in
              XLA_FLAGS="$NO_TRITON" xla_verify mixed_nt "$MIXED_PATCH" "$R/mixed_nt" --timing-runs 20 --confirm-runs 100
            fi
            PAIRS=$(on_h200 && echo 1 || echo 2) bash "$0" lease28b ;;
-  lease28b) build  # the scan's other rows dropped past the end (no adds of zeros); the fixed form compact, up to 4x
+  lease28b) build  # the scan's other rows dropped past the end (no adds of zeros): the step, before and after
             before() { PYTHONPATH="$PWD/.gpu/old:$PYTHONPATH" "$@"; }  # the tree at 245d9bc, carried
             before run which_before 30 python3 -c "import opbisect.patches.reductions as r; print(r.__file__)"
-            before run xla_segment_sum_before 200 python3 benchmarks/xla_segment_sum.py --device gpu
-            run xla_segment_sum_after 200 python3 benchmarks/xla_segment_sum.py --device gpu
             for n in $(seq "${PAIRS:-2}"); do  # each against the plain step in its own process, 5 runs, 20 timed steps
               before xla_verify "mixed_before_$n" "$MIXED_PATCH" "$R/mixed_before_$n" --runs 5 --confirm-runs 0 \
                 --timing-runs 20
