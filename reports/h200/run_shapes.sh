@@ -127,6 +127,7 @@ a, b = ([p.initial, *p.after] for p in map(store.load_probe, sys.argv[1:])); pri
     "$R/$2.json" "$R/$3.json"
 }
 on_h200() { grep -q H200 "$R/gpu.txt"; }
+before() { PYTHONPATH="$PWD/.gpu/old:$PYTHONPATH" "$@"; }  # COMMAND on the tree at 245d9bc, carried as .gpu/old
 atomics() {  # BERT-base mixed under the patch and the fusion switch, compiled once with XLA's dump (two runs, no
   # timing): the census, then each kernel whose PTX adds floats atomically; the largest modules' HLO and PTX kept
   local d=/root/xladump; rm -rf "$d"
@@ -394,8 +395,7 @@ case $PHASE in
            run xla_segment_sum 240 python3 benchmarks/xla_segment_sum.py --device gpu
            # the patch before the change (the tree at 245d9bc, carried as .gpu/old) and after, each against the
            # plain step in its own process, 20 timed steps
-           PYTHONPATH="$PWD/.gpu/old:$PYTHONPATH" xla_verify mixed_before "$MIXED_PATCH" "$R/mixed_before" \
-             --timing-runs 20
+           before xla_verify mixed_before "$MIXED_PATCH" "$R/mixed_before" --timing-runs 20
            xla_verify mixed_after "$MIXED_PATCH" "$R/mixed_after" --timing-runs 20
            XLA_FLAGS="$NO_TRITON" xla_verify mixed_after_nt "$MIXED_PATCH" "$R/mixed_after_nt" --timing-runs 20 \
              --confirm-runs 100 ;;
@@ -406,7 +406,6 @@ case $PHASE in
            fi
            PAIRS=$(on_h200 && echo 1 || echo 2) bash "$0" lease28b ;;
   lease28b) build  # the scan's other rows dropped past the end (no adds of zeros): the step, before and after
-            before() { PYTHONPATH="$PWD/.gpu/old:$PYTHONPATH" "$@"; }  # the tree at 245d9bc, carried
             before run which_before 30 python3 -c "import opbisect.patches.reductions as r; print(r.__file__)"
             for n in $(seq "${PAIRS:-2}"); do  # each against the plain step in its own process, 5 runs, 20 timed steps
               before xla_verify "mixed_before_$n" "$MIXED_PATCH" "$R/mixed_before_$n" --runs 5 --confirm-runs 0 \
