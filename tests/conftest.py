@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -218,10 +219,17 @@ def child_env(env: dict | None = None, *first: Path) -> dict:
     return {**env, "PYTHONPATH": path}
 
 
+def _sigint_at_its_default() -> None:
+    """A child's SIGINT as a terminal starts a command: a test run as a background job (`cmd &`) inherits it
+    ignored, and opbisect keeps an ignored SIGINT ignored, as it must."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def cli(*args: str, cwd: Path | None = None, env: dict | None = None,
         clear_env: bool = False) -> subprocess.CompletedProcess:
-    """Run the `opbisect` command line as a user would, in a fresh process (`clear_env`: with `env` alone)."""
+    """Run the `opbisect` command line as a user would, in a fresh process started as a terminal starts it
+    (`clear_env`: with `env` alone)."""
     base = {} if clear_env else dict(os.environ)
     full_env = {**child_env({**base, **(env or {})}), "TF_CPP_MIN_LOG_LEVEL": "2"}
     return subprocess.run([sys.executable, "-m", "opbisect", *args], capture_output=True, text=True,
-                          cwd=cwd or ROOT, env=full_env, timeout=600)
+                          cwd=cwd or ROOT, env=full_env, timeout=600, preexec_fn=_sigint_at_its_default)

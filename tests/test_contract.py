@@ -20,7 +20,7 @@ from opbisect.cli import main
 from opbisect.execute import preflight
 from opbisect.record.model import RECORD_VERSION
 
-from conftest import NOISE_STEP, child_env, trace, write_script
+from conftest import NOISE_STEP, child_env, cli, trace, write_script
 
 # A numpy_function that varies only on the calls listed: each pass of the experiment runs the step once per run,
 # in a fixed order, so a fault can be planted in exactly the passes a branch needs. With runs=3 and 2 magnitude runs:
@@ -349,12 +349,8 @@ def test_a_stop_python_dropped_is_raised_at_the_next_checkpoint_and_forgotten_af
 @pytest.mark.parametrize("name, code", [("SIGTERM", 143), ("SIGINT", 130)])
 def test_a_stop_signal_whose_exception_python_dropped_still_ends_the_run_with_no_report(tmp_path, name, code):
     script = write_script(tmp_path, "dropped", DROPPED.format(name=name) + PLANTED.format(vary_on="set()"))
-    # SIGINT at its default, as a terminal starts the command: a test run as a background job (`cmd &`) inherits it
-    # ignored, and an ignored SIGINT stays ignored, as it must
-    done = subprocess.run([sys.executable, "-m", "opbisect", "trace", str(script), "--runs", "3", "--out",
-                           str(tmp_path / "r"), "--no-fresh-check"], capture_output=True, text=True,
-                          env=child_env(), timeout=600,
-                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # cli starts the command with SIGINT at its default, as a terminal does (not ignored, as in a background job)
+    done = cli("trace", str(script), "--runs", "3", "--out", str(tmp_path / "r"), "--no-fresh-check")
     assert "Exception ignored in" in done.stderr  # Python dropped it, as planted
     assert done.returncode == code, done.stderr[-3000:]
     assert not (tmp_path / "r" / "dropped").exists()
