@@ -78,9 +78,11 @@
 #                                             # timed in lease28c): BERT-base mixed's patched step, before (.gpu/old)
 #                                             # and after in turn, twice (here first: mkdir -p .gpu/old && git
 #                                             # archive 245d9bc opbisect | tar x -C .gpu/old; carry .gpu/old)
+#   bash reports/h200/run_shapes.sh tritonnt  # BERT-base mixed's patch under the Triton switch, main's scan, twice
 #   bash reports/h200/run_shapes.sh lease29   # the next lease: on an H200 issue 42's goals first (leanonly: capture
 #                                             # twice; BERT-base mixed's patch under the Triton switch, 100 runs),
-#                                             # then lease28b with one pair; on an H100 lease28b alone
+#                                             # then lease28b with one pair; on an H100 (where lease28b ran,
+#                                             # h100/shapes#lease29) the fix of BERT-base mixed, 1,100 s
 #   bash reports/h200/run_shapes.sh fixresume # after a lease whose fix its limit stopped: copy its
 #                                             # shapes-PHASE-kept.tgz to .gpu/kept.tgz, carry it, and the fix goes
 #                                             # on from its finished rounds and verify (fix --resume)
@@ -127,7 +129,10 @@ a, b = ([p.initial, *p.after] for p in map(store.load_probe, sys.argv[1:])); pri
     "$R/$2.json" "$R/$3.json"
 }
 on_h200() { grep -q H200 "$R/gpu.txt"; }
-before() { PYTHONPATH="$PWD/.gpu/old:$PYTHONPATH" "$@"; }  # COMMAND on the tree at 245d9bc, carried as .gpu/old
+# COMMAND on the tree at 245d9bc, carried as .gpu/old. `python3 -m` and `-c` put the working folder first on
+# sys.path, ahead of PYTHONPATH, so without the safe path (Python 3.11+) they import this tree's opbisect (lease29's
+# first try did: its which_before named /work/main/opbisect); the phases check which_before names .gpu/old
+before() { PYTHONSAFEPATH=1 PYTHONPATH="$PWD/.gpu/old:$PYTHONPATH" "$@"; }
 atomics() {  # BERT-base mixed under the patch and the fusion switch, compiled once with XLA's dump (two runs, no
   # timing): the census, then each kernel whose PTX adds floats atomically; the largest modules' HLO and PTX kept
   local d=/root/xladump; rm -rf "$d"
@@ -404,9 +409,18 @@ case $PHASE in
              bash "$0" leanonly
              XLA_FLAGS="$NO_TRITON" xla_verify mixed_nt "$MIXED_PATCH" "$R/mixed_nt" --timing-runs 20 --confirm-runs 100
            fi
-           PAIRS=$(on_h200 && echo 1 || echo 2) bash "$0" lease28b ;;
+           # lease28b ran on an H100 (../../h100/shapes/README.md#lease29); there the fix ending on the Triton
+           # switch is what is left (its limit may stop it: fixresume goes on from its kept folder)
+           if on_h200; then PAIRS=1 bash "$0" lease28b; else OPBISECT_BERT=base fixed bert_like_fit_mixed 1100; fi ;;
+  tritonnt) build  # BERT-base mixed's patch under the Triton switch with main's scan (lease28 had it with the
+            # compact fixed point, since dropped): twice, 100 runs, 20 timed steps
+            for n in 1 2; do
+              XLA_FLAGS="$NO_TRITON" xla_verify "mixed_nt_$n" "$MIXED_PATCH" "$R/mixed_nt_$n" --timing-runs 20 \
+                --confirm-runs 100
+            done ;;
   lease28b) build  # the scan's other rows dropped past the end (no adds of zeros): the step, before and after
             before run which_before 30 python3 -c "import opbisect.patches.reductions as r; print(r.__file__)"
+            grep -q "/.gpu/old/opbisect/" "$R/which_before.txt" || { echo "before() imports this tree"; exit 125; }
             for n in $(seq "${PAIRS:-2}"); do  # each against the plain step in its own process, 5 runs, 20 timed steps
               before xla_verify "mixed_before_$n" "$MIXED_PATCH" "$R/mixed_before_$n" --runs 5 --confirm-runs 0 \
                 --timing-runs 20
