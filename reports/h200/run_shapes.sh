@@ -78,6 +78,8 @@
 #                                             # timed in lease28c): BERT-base mixed's patched step, before (.gpu/old)
 #                                             # and after in turn, twice (here first: mkdir -p .gpu/old && git
 #                                             # archive 245d9bc opbisect | tar x -C .gpu/old; carry .gpu/old)
+#   bash reports/h200/run_shapes.sh lease30   # a short lease: on an H200 leanonly; the segment sum's forms beside
+#                                             # the candidate fixed point by running sums
 #   bash reports/h200/run_shapes.sh tritonnt  # BERT-base mixed's patch under the Triton switch, main's scan, twice
 #   bash reports/h200/run_shapes.sh lease29   # the next lease: on an H200 issue 42's goals first (leanonly: capture
 #                                             # twice; BERT-base mixed's patch under the Triton switch, 100 runs),
@@ -412,6 +414,10 @@ case $PHASE in
            # lease28b ran on an H100 (../../h100/shapes/README.md#lease29); there the fix ending on the Triton
            # switch is what is left (its limit may stop it: fixresume goes on from its kept folder)
            if on_h200; then PAIRS=1 bash "$0" lease28b; else OPBISECT_BERT=base fixed bert_like_fit_mixed 1100; fi ;;
+  lease30) # a short lease (2026-12-07, 526 s of device time left): on an H200 capture twice first (issue 42's goal);
+           # then the segment sum's forms with the candidate fixed point by running sums (benchmarks/xla_segment_sum.py)
+           if on_h200; then bash "$0" leanonly; fi
+           run xla_segment_sum 240 python3 benchmarks/xla_segment_sum.py --device gpu --calls 30 ;;
   tritonnt) build  # BERT-base mixed's patch under the Triton switch with main's scan (lease28 had it with the
             # compact fixed point, since dropped): twice, 100 runs, 20 timed steps
             for n in 1 2; do
