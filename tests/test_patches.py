@@ -354,17 +354,20 @@ def test_the_fixed_point_sum_keeps_infinities_and_nans_where_the_op_puts_them():
     assert np.isnan(got).sum() == 2 and np.isinf(got).sum() == 3
 
 
-def test_the_fixed_point_sums_gradient_is_the_ops(rng):
+@pytest.mark.parametrize("num", [9, 2000])  # over 300 rows: the fixed form, then the scan (above 4 rows out per row in)
+def test_under_xla_the_segment_sums_gradient_is_the_ops_in_either_form(rng, num):
+    ctx = PatchContext(op_type="UnsortedSegmentSum", attrs={}, xla=True, on_cpu=False)
     data = tf.constant(rng.normal(size=(300, 4)).astype(np.float32))
     ids = tf.constant(rng.integers(-1, 9, 300).astype(np.int32))  # -1: dropped, its rows get zeros
-    weight = tf.constant(rng.normal(size=(9, 4)).astype(np.float32))
+    weight = tf.constant(rng.normal(size=(num, 4)).astype(np.float32))
 
-    @tf.function(jit_compile=True)
+    # the rows' count unknown while tracing, as a batch's: the scan is then a loop, whose own gradient XLA refuses
+    @tf.function(jit_compile=True, input_signature=[tf.TensorSpec([None, 4])])
     def gradients(x):
         with tf.GradientTape(persistent=True) as tape:
             tape.watch(x)
-            ours = tf.reduce_sum(reductions.fixed_point_sum(x, ids, 9) * weight)
-            op = tf.reduce_sum(tf.math.unsorted_segment_sum(x, ids, 9) * weight)
+            ours = tf.reduce_sum(reductions.segment_sum(x, ids, num, ctx) * weight)
+            op = tf.reduce_sum(tf.math.unsorted_segment_sum(x, ids, num) * weight)
         return tape.gradient(ours, x), tape.gradient(op, x)
 
     ours, op = gradients(data)
@@ -379,6 +382,24 @@ def test_under_xla_a_segment_sum_far_larger_than_its_input_takes_the_scan(rng):
         fn = tf.function(lambda d, i, num=num: reductions.segment_sum(d, i, num, ctx))
         types = {op.type for op in fn.get_concrete_function(data, ids).graph.get_operations()}
         assert ("XlaSort" in types) == sorts and ("UnsortedSegmentMax" in types) != sorts
+
+
+@pytest.mark.parametrize("num", [256, 257])
+def test_under_xla_counts_unknown_while_tracing_take_the_form_their_shapes_pick_when_compiled(rng, num):
+    # As an Adam step's sum of an embedding's gradient: the rows' count unknown while tracing (a batch of None) and
+    # the segments' count a variable's shape. XLA knows both when it compiles and keeps one form, with its bits.
+    ctx = PatchContext(op_type="UnsortedSegmentSum", attrs={}, xla=True, on_cpu=False)
+    data = tf.constant(rng.normal(size=(64, 4)).astype(np.float32))
+    ids = tf.constant(rng.integers(0, 64, 64).astype(np.int32))
+    table = tf.Variable(tf.zeros([num, 4]))
+    fn = tf.function(lambda d, i: reductions.segment_sum(d, i, tf.shape(table)[0], ctx), jit_compile=True,
+                     input_signature=[tf.TensorSpec([None, 4]), tf.TensorSpec([None], tf.int32)])
+    hlo = fn.experimental_get_compiler_ir(data, ids)(stage="optimized_hlo")
+    sparse = num > 4 * 64  # _FIXED_MAX_GROWTH = 4 rows out per row in
+    form = (lambda d, i: reductions._scan_sum(d, i, num, xla=True)) if sparse else (
+        lambda d, i: reductions.fixed_point_sum(d, i, num))
+    assert "conditional" not in hlo and hlo.count(" sort(") == int(sparse)
+    assert bitwise(fn(data, ids).numpy(), tf.function(form, jit_compile=True)(data, ids).numpy())
 
 
 def test_under_xla_the_packed_sort_gives_the_stable_order_of_any_int_keys(rng):

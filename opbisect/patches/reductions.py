@@ -185,17 +185,30 @@ def segment_sum(rows, ids, num_segments, ctx):
         return _combined_sum(rows, ids, num_segments)
     if path == "sorted":
         return _sorted_kernel_sum(rows, ids, num_segments)
-    if path == "fixed" and not _sparse_output(rows, num_segments):
-        return fixed_point_sum(rows, ids, num_segments)
+    if path == "fixed":
+        return _fixed_unless_sparse(rows, ids, num_segments)
     return _scan_sum(rows, ids, num_segments, ctx.xla)
 
 
-def _sparse_output(rows, num_segments) -> bool:
-    """Whether the output has more than _FIXED_MAX_GROWTH times the input's rows (both known while tracing)."""
+def _fixed_unless_sparse(rows, ids, num_segments):
+    """Under XLA, the fixed form, or the scan where the output has more than _FIXED_MAX_GROWTH times the input's
+    rows. Where either count is unknown while tracing, a cond on the two, which XLA folds when it compiles (every
+    shape known then), keeping one form. (Until 2026-12-07 an unknown count took the fixed form: BERT-base mixed's
+    two Adam sums, 4,096 rows into a vocabulary of 30,522 through a variable's shape, took 277 us each where the
+    scan takes 136 on an H100; reports/h100/shapes/README.md#lease30.)"""
     import tensorflow as tf
 
+    def scan():
+        return _scan_sum(rows, ids, num_segments, xla=True)
+
+    def fixed():
+        return fixed_point_sum(rows, ids, num_segments)
+
     num = tf.get_static_value(num_segments)
-    return num is not None and rows.shape[0] is not None and int(num) > _FIXED_MAX_GROWTH * max(rows.shape[0], 1)
+    if num is not None and rows.shape[0] is not None:
+        return scan() if int(num) > _FIXED_MAX_GROWTH * max(rows.shape[0], 1) else fixed()
+    count = tf.maximum(tf.shape(rows, out_type=tf.int64)[0], 1)
+    return tf.cond(tf.cast(num_segments, tf.int64) > _FIXED_MAX_GROWTH * count, scan, fixed)
 
 
 def _negative_outside(keys, num):
@@ -372,18 +385,26 @@ def _scan_sum(rows, ids, num_segments, xla: bool):
 
     num = tf.cast(num_segments, tf.int64)
     ids = tf.cast(ids, tf.int64)
-    keys = tf.where((ids >= 0) & (ids < num), ids, num)  # dropped ids: a segment past the end
-    # One sentinel row (the segment after that), so that no tensor below is empty.
-    keys = tf.concat([keys, tf.reshape(num + 1, [1])], 0)
-    rows = tf.concat([rows, tf.zeros(tf.concat([[1], tf.shape(rows)[1:]], 0), rows.dtype)], 0)
-    _, keys, rows = _sorted(keys, rows, xla)
-    sums = segmented_scan(rows, keys)
-    last = tf.concat([tf.not_equal(keys[:-1], keys[1:]), tf.ones([1], tf.bool)], 0)
-    if not xla:  # TensorFlow's CPU kernel refuses ids past the end: the other rows add zeros
-        only_last = tf.where(_column(last, sums), sums, tf.zeros_like(sums))
-        return tf.math.unsorted_segment_sum(only_last, keys, num + 2)[:num]
-    # the dropped ids' segment and the sentinel's are past the end too
-    return tf.math.unsorted_segment_sum(sums, tf.where(last, keys, num), num)
+    kept = tf.where((ids >= 0) & (ids < num), ids, num)  # dropped ids: a segment past the end
+
+    # The op's own gradient, not the scan's: where the rows' count is unknown while tracing the scan is a loop,
+    # whose gradient XLA cannot compile (its accumulators have no fixed size), and it would be slower anyway.
+    @tf.custom_gradient
+    def summed(rows):
+        # One sentinel row (the segment after that), so that no tensor below is empty.
+        keys = tf.concat([kept, tf.reshape(num + 1, [1])], 0)
+        padded = tf.concat([rows, tf.zeros(tf.concat([[1], tf.shape(rows)[1:]], 0), rows.dtype)], 0)
+        _, keys, padded = _sorted(keys, padded, xla)
+        sums = segmented_scan(padded, keys)
+        last = tf.concat([tf.not_equal(keys[:-1], keys[1:]), tf.ones([1], tf.bool)], 0)
+        if not xla:  # TensorFlow's CPU kernel refuses ids past the end: the other rows add zeros
+            only_last = tf.where(_column(last, sums), sums, tf.zeros_like(sums))
+            total = tf.math.unsorted_segment_sum(only_last, keys, num + 2)[:num]
+        else:  # the dropped ids' segment and the sentinel's are past the end too
+            total = tf.math.unsorted_segment_sum(sums, tf.where(last, keys, num), num)
+        return total, lambda upstream: _spare_gradient(upstream, kept)
+
+    return summed(rows)
 
 
 def _as_rows(data, ids):
