@@ -13,7 +13,7 @@ Every one becomes a sum per key that no order can change, built five ways (`_pat
   in order), always, with no switch: `segment_reduction_ops_gpu.cu.h` calls it deterministic. They size their
   output from the count of distinct keys, which waits for the GPU: slower than the combine.
 - **fixed** (a segment sum of float32, float16 or bfloat16 under XLA, its output at most `_FIXED_MAX_GROWTH`
-  times its input): each row scaled by a power of two taken from its segment's largest magnitude, rounded to an
+  times its input, as XLA's shapes say when it compiles: `_fixed_unless_sparse`): each row scaled by a power of two taken from its segment's largest magnitude, rounded to an
   int64, and the integers added by XLA's own scatter. Integer adds give the same bits in any order, so its atomics
   no longer matter. Each input is rounded to a grid of 2**(ceil(log2 n) - 60) of its segment's largest magnitude
   (2**-49 at 2048 rows), so the sum is the exact sum up to n half-steps of that grid (2**-39 of the largest at 2048
