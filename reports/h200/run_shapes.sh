@@ -74,9 +74,9 @@
 #                                             # segment sums' forms at BERT-base's word embedding; BERT-base mixed's
 #                                             # patched step before (carried as .gpu/old) and after, then under the
 #                                             # Triton switch (100 runs)
-#   bash reports/h200/run_shapes.sh lease28b  # the scan under XLA dropping its other rows past the end (its op
-#                                             # timed in lease28c): BERT-base mixed's patched step, before (.gpu/old)
-#                                             # and after in turn, twice (here first: mkdir -p .gpu/old && git
+#   bash reports/h200/run_shapes.sh lease28b  # BERT-base mixed's patched step before (.gpu/old: its Adam sums in the
+#                                             # fixed form) and after (main: in the scan since 9bc7913, h100 lease30)
+#                                             # in turn, twice (here first: mkdir -p .gpu/old && git
 #                                             # archive 245d9bc opbisect | tar x -C .gpu/old; carry .gpu/old)
 #   bash reports/h200/run_shapes.sh lease30   # a short lease: on an H200 leanonly; the segment sum's forms beside
 #                                             # the candidate fixed point by running sums
@@ -424,7 +424,8 @@ case $PHASE in
               XLA_FLAGS="$NO_TRITON" xla_verify "mixed_nt_$n" "$MIXED_PATCH" "$R/mixed_nt_$n" --timing-runs 20 \
                 --confirm-runs 100
             done ;;
-  lease28b) build  # the scan's other rows dropped past the end (no adds of zeros): the step, before and after
+  lease28b) build  # the step before (245d9bc: the Adam sums' counts unknown while tracing took the fixed form)
+            # and after (the form XLA's shapes pick: the scan, with its other rows dropped past the end)
             before run which_before 30 python3 -c "import opbisect.patches.reductions as r; print(r.__file__)"
             grep -q "/.gpu/old/opbisect/" "$R/which_before.txt" || { echo "before() imports this tree"; exit 125; }
             for n in $(seq "${PAIRS:-2}"); do  # each against the plain step in its own process, 5 runs, 20 timed steps
