@@ -12,14 +12,15 @@ Every one becomes a sum per key that no order can change, built five ways (`_pat
   stable radix sort of the keys, then `SegmentReduceGPU` (one thread per output element adds its segment's rows
   in order), always, with no switch: `segment_reduction_ops_gpu.cu.h` calls it deterministic. They size their
   output from the count of distinct keys, which waits for the GPU: slower than the combine.
-- **fixed** (a segment sum of float32, float16 or bfloat16 under XLA, its output at most `_FIXED_MAX_GROWTH`
-  times its input, as XLA's shapes say when it compiles: `_fixed_unless_sparse`): each row scaled by a power of two taken from its segment's largest magnitude, rounded to an
-  int64, and the integers added by XLA's own scatter. Integer adds give the same bits in any order, so its atomics
-  no longer matter. Each input is rounded to a grid of 2**(ceil(log2 n) - 60) of its segment's largest magnitude
-  (2**-49 at 2048 rows), so the sum is the exact sum up to n half-steps of that grid (2**-39 of the largest at 2048
-  rows, at worst), then rounded to the dtype through float64: closer to the exact sum than a float32 sum in any
-  order (in benchmarks/xla_segment_sum.py's 128.5M sums, the exact sum rounded once every time). Infinities and
-  NaNs are summed apart (zeros, infinities and NaNs give the same result in any order).
+- **fixed** (a segment sum of float32, float16 or bfloat16 under XLA, its output at most `_FIXED_MAX_GROWTH` times
+  its input, as XLA's shapes say when it compiles: `_fixed_unless_sparse`): each row scaled by a power of two taken
+  from its segment's largest magnitude, rounded to an int64, and the integers added by XLA's own scatter. Integer
+  adds give the same bits in any order, so its atomics no longer matter. Each input is rounded to a grid of
+  2**(ceil(log2 n) - 60) of its segment's largest magnitude (2**-49 at 2048 rows), so the sum is the exact sum up to
+  n half-steps of that grid (2**-39 of the largest at 2048 rows, at worst), then rounded to the dtype through
+  float64: closer to the exact sum than a float32 sum in any order (in benchmarks/xla_segment_sum.py's 128.5M sums,
+  the exact sum rounded once every time). Infinities and NaNs are summed apart (zeros, infinities and NaNs give the
+  same result in any order).
 - **scan** (under XLA otherwise, and any other dtype): sort the rows by key (a stable sort), then a segmented
   inclusive scan by doubling (Hillis-Steele), in which every row's partial sum is formed by the same adds in the
   same tree order on every run. Only sorts, gathers, `where` and elementwise adds: no atomics, no repeated
