@@ -1,8 +1,6 @@
 """The segment-sum patch under XLA in its two forms, against XLA's own atomic segment sum, side by side in one run:
 the scan (keys packed with their positions and sorted by XLA's plain Sort, a doubling scan, a segment sum of zeros
 and each key's sum) and the fixed point (each segment's rows scaled to int64, added by XLA's scatter, scaled back).
-A candidate beside them (`running_fixed_sum`: the fixed point's int64 sums as running sums down the sorted rows,
-no output-sized int64 buffer, no integer atomics), with whether its bits are the fixed point's.
 Device time per call (each compiled function alone, under TensorFlow's profiler), kernels per call, distinct
 results in 20 calls, and the largest difference from a float64 sum, with the count of elements that differ from
 the float64 sum rounded once to float32. (Session 15 timed tf.argsort, a TopKV2 under XLA, 47.0 against the
@@ -64,60 +62,13 @@ def _forms(module, num: int, label: str = ""):
                                                           jit_compile=True)}
 
 
-def running_fixed_sum(rows, ids, num_segments):
-    """A candidate (not in the package until timed): the fixed form's integer sums through the keys' sorted order,
-    with no output-sized int64 buffer and no integer atomics. Each row scaled to int64 by its segment's shift (as
-    the fixed form), sorted by key, a running sum down the rows, and each run's sum the difference of two running
-    sums, written to its key with the other rows dropped past the end (as the scan). Integer adds are exact, so
-    XLA's tree order for the running sum changes nothing, and each run's integer total is the fixed form's: the
-    same bits. No running sum overflows: a row's scaled magnitude is below 2**(62 - width) and the rows number
-    below 2**(width - 1), so every column's whole sum stays below 2**61. (At least one row: the scan's sentinel
-    row would come with it into the package.)"""
-    import tensorflow as tf
-
-    from opbisect.patches import reductions as r
-
-    num = tf.cast(num_segments, tf.int64)
-    ids = tf.cast(ids, tf.int64)
-    keys = tf.where((ids >= 0) & (ids < num), ids, num)  # dropped ids: a spare segment past the end
-    x = tf.cast(rows, tf.float32)
-    finite = tf.math.is_finite(x)
-    clean = tf.where(finite, x, tf.zeros_like(x))
-    largest = tf.math.unsorted_segment_max(tf.reduce_max(tf.abs(clean), axis=tf.range(1, tf.rank(x))), keys, num + 1)
-    top = tf.bitwise.right_shift(tf.bitcast(tf.maximum(largest, 0.0), tf.int32), 23) - 126
-    n = tf.cast(tf.maximum(tf.shape(x)[0], 1), tf.float64)
-    width = tf.cast(tf.math.ceil(tf.math.log(n) / tf.math.log(tf.constant(2.0, tf.float64))), tf.int32) + 1
-    shift = r._FIXED_BITS - width - top
-    order, sorted_keys = r.sort_order(keys)
-    scale = r._column(tf.gather(r._power_of_two(shift), sorted_keys), clean)
-    scaled = tf.cast(tf.round(tf.cast(tf.gather(clean, order), tf.float64) * scale), tf.int64)  # exact
-    running = tf.cumsum(scaled, axis=0)
-    at = tf.range(tf.size(sorted_keys))
-    head = tf.concat([tf.ones([1], tf.bool), tf.not_equal(sorted_keys[1:], sorted_keys[:-1])], 0)
-    last = tf.concat([tf.not_equal(sorted_keys[:-1], sorted_keys[1:]), tf.ones([1], tf.bool)], 0)
-    run = tf.cumsum(tf.cast(head, tf.int32)) - 1
-    start = tf.gather(tf.math.unsorted_segment_min(at, run, tf.size(at)), run)  # each row's run's first row
-    before = tf.where(r._column(start > 0, running), tf.gather(running, tf.maximum(start - 1, 0)),
-                      tf.zeros_like(running))
-    back = tf.cast(tf.cast(running - before, tf.float64) * r._column(tf.gather(r._power_of_two(-shift), sorted_keys),
-                                                                     running), tf.float32)
-    out = tf.math.unsorted_segment_sum(back, tf.where(last, sorted_keys, num), num)
-    # inf and NaN as the fixed form adds them: each row holding one added at its key to its run's finite sum (in any
-    # order the same, NaN's payload aside); the other rows past the end, dropped
-    odd_rows = tf.reduce_any(tf.logical_not(finite), axis=tf.range(1, tf.rank(x)))
-    out = tf.tensor_scatter_nd_add(out, tf.where(odd_rows, keys, num)[:, None], tf.where(finite, tf.zeros_like(x), x))
-    return tf.cast(out, rows.dtype)
-
-
 def _variants(num: int, before=None):
     import tensorflow as tf
 
     from opbisect.patches import reductions
 
     atomic = tf.function(lambda r, i: tf.math.unsorted_segment_sum(r, i, num), jit_compile=True)
-    candidate = tf.function(lambda r, i: running_fixed_sum(r, i, num), jit_compile=True)
     return {"XLA's segment sum (atomic)": atomic, **_forms(reductions, num),
-            "candidate, fixed point by running sums": candidate,
             **(_forms(before, num, ", before") if before else {})}
 
 
@@ -143,10 +94,9 @@ def main(argv: list[str]) -> int:
             np.add.at(exact, ids[kept], rows[kept].astype(np.float64))
             r, i = tf.constant(rows), tf.constant(ids)
             print(f"{case}:")
-            variants, first = _variants(num, before), {}
+            variants = _variants(num, before)
             for name, fn in variants.items():
                 outs = [fn(r, i).numpy() for _ in range(20)]
-                first[name] = outs[0]
                 distinct = len({o.tobytes() for o in outs})
                 table = kernel_times(lambda fn=fn, r=r, i=i: fn(r, i), calls=args.calls)
                 print(f"  {name:36s} {table['us_per_call'].sum():9.1f} us a call on the device, "
@@ -155,8 +105,6 @@ def main(argv: list[str]) -> int:
                       f"{int((outs[0] != exact.astype(np.float32)).sum())} not the float64 sum rounded")
                 if name != next(iter(variants)):  # where the patch's device time goes
                     print(table.head(8).to_string(index=False))
-            candidate, fixed = first["candidate, fixed point by running sums"], first["the patch, fixed point"]
-            print(f"  the candidate's bits are the fixed point's: {candidate.tobytes() == fixed.tobytes()}")
     return 0
 
 

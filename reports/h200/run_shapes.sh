@@ -79,7 +79,7 @@
 #                                             # in turn, twice (here first: mkdir -p .gpu/old && git
 #                                             # archive 245d9bc opbisect | tar x -C .gpu/old; carry .gpu/old)
 #   bash reports/h200/run_shapes.sh lease30   # a short lease: on an H200 leanonly; the segment sum's forms beside
-#                                             # the candidate fixed point by running sums
+#                                             # the candidate fixed point by running sums (at c7c1036)
 #   bash reports/h200/run_shapes.sh tritonnt  # BERT-base mixed's patch under the Triton switch, main's scan, twice
 #   bash reports/h200/run_shapes.sh lease29   # the next lease: on an H200 issue 42's goals first (leanonly: capture
 #                                             # twice; BERT-base mixed's patch under the Triton switch, 100 runs),
