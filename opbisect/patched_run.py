@@ -5,8 +5,10 @@ own test made easy: two fresh runs that print one digest trained to the same bit
 
     run(settings)
       check_patch             the spec read before the script runs: a bad one is one line, 128
+      fix_conditions          warnings where a fix's patch runs without what its user's test had
       ScriptRunner.run        targets/script.py: the script as python runs it, with
-        TensorFlowSetup         TensorFlow set up when the script imports it
+        TensorFlowSetup         TensorFlow set up when the script imports it; device_conditions: a warning where
+                                the fix was checked on another device
         pinned                  --seed: every seed pinned (targets/seeding.py)
         hooked(PatchHooks)      each training step patched, its state digested after each step (--steps, --digests)
       its exit                the script's own: sys.exit passed on as python would; its own error 125
@@ -203,11 +205,8 @@ def fix_conditions(spec: str, seed: str) -> list[str]:
     from .record.fixing import Recommendation
 
     out = []
-    for path in csv_paths(spec):
-        fix = _fix_beside(path)
-        rec = fix.get("recommendation") or {}
-        if not rec.get("patch"):
-            continue
+    for path, fix in _fixes(spec):
+        rec = fix["recommendation"]
         missing = [f"{k}={v}" for k, v in sorted(rec.get("env", {}).items()) if not _has(k, v)]
         missing += [f"--seed {rec['seed']}"] if rec.get("seed") and rec["seed"] != seed else []
         if missing:
@@ -220,6 +219,29 @@ def fix_conditions(spec: str, seed: str) -> list[str]:
             out.append(f"opbisect: warning: the fix that made {path} was checked under TensorFlow {made}, and this "
                        f"is {now}: `opbisect verify --patch {path} SCRIPT` checks the patch under this one")
     return out
+
+
+def device_conditions(spec: str, device: str) -> list[str]:
+    """Warnings, as the script imports TensorFlow, where a fix's patch runs on another device than its user's test
+    did ("CPU", "GPU (<model>)"): a GPU's sources are its kernels' choices, so another card, or a CPU, can vary in
+    ops the fix never saw (BERT-base mixed's patch from an H200 left an H100's Triton GEMMs varying:
+    reports/h100/shapes/README.md#lease25)."""
+    out = []
+    for path, fix in _fixes(spec):
+        made = fix.get("checked_on", {}).get("device")
+        if made and made != device:
+            out.append(f"opbisect: warning: the fix that made {path} was checked on {made}, and this is {device}, "
+                       f"where other ops may vary: `opbisect verify --patch {path} SCRIPT` checks the patch here, "
+                       f"`opbisect fix` makes this device's")
+    return out
+
+
+def _fixes(spec: str):
+    """(patch.csv, its fix record) for each CSV of `spec` that a fix made and recommends."""
+    for path in csv_paths(spec):
+        fix = _fix_beside(path)
+        if (fix.get("recommendation") or {}).get("patch"):
+            yield path, fix
 
 
 def _fix_beside(path: Path) -> dict:
@@ -242,7 +264,6 @@ def _has(name: str, value: str) -> bool:
 
 def run(settings: RunSettings, echo=lambda line: print(line, file=sys.stderr)) -> int:
     """The script's own exit code (125 where its own code raised: the cli shows its error)."""
-    from .execute.prepared import TensorFlowSetup
     from .targets.loader import importable
     from .targets.script import ScriptExit, ScriptRunner
     from .targets.seeding import KERAS, pinned
@@ -258,7 +279,7 @@ def run(settings: RunSettings, echo=lambda line: print(line, file=sys.stderr)) -
     with importable(settings.script), warnings.catch_warnings():
         warnings.simplefilter("ignore", LacksPatchedOps)  # said once at the end: the ops no step had
         try:
-            runner.run(TensorFlowSetup(settings.device).watching(), seeds, hooked(hooks), during="while it ran")
+            runner.run(_tensorflow(settings, echo).watching(), seeds, hooked(hooks), during="while it ran")
         except StepsDone:
             pass
         except ScriptExit as exc:
@@ -270,6 +291,19 @@ def run(settings: RunSettings, echo=lambda line: print(line, file=sys.stderr)) -
     if settings.digests != Path():
         _write(settings.digests, {"steps": hooks.digests, "calls": hooks.calls_of})
     return code
+
+
+def _tensorflow(settings: RunSettings, echo):
+    """TensorFlow set up as the script imports it; then, with the device known and nothing built yet, the warnings
+    where a fix was checked on another."""
+    from .execute.prepared import TensorFlowSetup, device_label
+
+    def on_import(tf):
+        for line in device_conditions(settings.patch, device_label(tf, setup.kind)):
+            echo(line)
+
+    setup = TensorFlowSetup(settings.device, setup=on_import)
+    return setup
 
 
 def _said(settings: RunSettings, hooks: PatchHooks, code: int) -> list[str]:

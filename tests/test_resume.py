@@ -20,6 +20,7 @@ from test_rounds import HIDDEN_BEHIND, XHTML
 from opbisect import cli
 from opbisect.cli import main
 from opbisect.execute import children
+from opbisect.fix import resume
 from opbisect.fix.driver import FixDriver
 from opbisect.fix.resume import Kept
 from opbisect.record import store
@@ -108,17 +109,28 @@ def _resumed(settings: FixSettings):
     return Kept(folder).restore(driver), driver, folder
 
 
+def _gpus(folder, model: str):
+    """A folder as the NVIDIA driver's /proc/driver/nvidia/gpus lists one GPU."""
+    (folder / "0000:18:00.0").mkdir(parents=True)
+    (folder / "0000:18:00.0/information").write_text(f"Model: \t\t {model}\nIRQ:   \t\t 123\n")
+    return folder
+
+
 @pytest.mark.parametrize("change, why", [
     ({}, ""),
     ({"runs": 7}, "the options differ"),
     ({"script": "edited"}, "the script changed"),
     ({"env": "XLA_FLAGS"}, "the environment differs (XLA_FLAGS)"),
     ({"verify_runs": 30}, ""),  # the rounds hold; verify's own options differ, so it runs again
+    ({"gpus": "NVIDIA H100 80GB HBM3"}, "the GPUs differ"),  # stopped on one machine, resumed on another
 ])
 def test_resume_takes_what_was_kept_only_where_what_it_ran_from_is_the_same(tmp_path, monkeypatch, change, why):
     script = write_script(tmp_path, "s", NOISE_STEP)
     settings = FixSettings(script=script, out=tmp_path / "r")
+    monkeypatch.setattr(resume, "NVIDIA_GPUS", str(_gpus(tmp_path / "stopped", "NVIDIA H200")))
     assert "kept in" in _stopped(settings, verified=True)
+    if "gpus" in change:
+        monkeypatch.setattr(resume, "NVIDIA_GPUS", str(_gpus(tmp_path / "resumed", change.pop("gpus"))))
     if change.pop("script", None):
         script.write_text(script.read_text() + "\n# edited\n")
     if change.pop("env", None):
@@ -131,6 +143,14 @@ def test_resume_takes_what_was_kept_only_where_what_it_ran_from_is_the_same(tmp_
     assert driver.kept_verify == ("verify_runs" not in change)
     copied = json.loads((folder.staging / "round1/s/report.json").read_text())
     assert copied["out"] == str(folder.staging / "round1/s/report.json")  # the paths name the new staged folder
+
+
+def test_a_kept_key_from_before_the_gpus_were_keyed_holds_on_any_gpus(tmp_path, monkeypatch):
+    monkeypatch.setattr(resume, "NVIDIA_GPUS", str(_gpus(tmp_path, "NVIDIA H200")))
+    settings = FixSettings(script=write_script(tmp_path, "s", NOISE_STEP), out=tmp_path / "r")
+    now = resume.key(settings)
+    assert now["gpus"] == ["NVIDIA H200"]
+    assert resume.changed({k: v for k, v in now.items() if k != "gpus"}, now) == ""
 
 
 def test_a_fix_without_resume_says_what_is_kept_and_a_stop_before_a_round_keeps_the_earlier_rounds(tmp_path):

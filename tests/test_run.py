@@ -371,14 +371,16 @@ def test_a_step_that_varies_while_no_op_is_named_looks_harder_and_says_so(tmp_pa
     assert t.record.meta.runs == 20 and t.sources == ["first"] and t.code == 1
 
 
-def _kept_fix(folder, env: dict, seed: str = "", tensorflow: str = "2.21.0"):
-    """A fix's folder as `opbisect fix` leaves it: patch.csv, and fix.json whose recommendation applies it."""
+def _kept_fix(folder, env: dict, seed: str = "", tensorflow: str = "2.21.0", device: str = ""):
+    """A fix's folder as `opbisect fix` leaves it: patch.csv, and fix.json whose recommendation applies it (a fix
+    from before fix.json named the device: none)."""
     folder.mkdir(parents=True)
     (folder / "patch.csv").write_text("round,op_name,op_type,kind\n1,mul,Mul,op\n")  # TRAINS' w * x
     rec = {"variant": "patched", "patch": str(folder / "patch.csv"), "seed": seed, "env": env, "ratio": 1.02,
            "unlike_plain": False, "at": ""}
     (folder / "fix.json").write_text(json.dumps({"script": "train.py", "script_args": ["--epochs", "2"],
-                                                 "recommendation": rec, "checked_on": {"tensorflow": tensorflow}}))
+                                                 "recommendation": rec,
+                                                 "checked_on": {"tensorflow": tensorflow, "device": device}}))
     return folder / "patch.csv"
 
 
@@ -404,11 +406,30 @@ def test_run_of_a_fixs_patch_warns_where_what_its_users_test_had_is_missing(tmp_
     assert patched_run.fix_conditions("Mul,gradient_tape/x", seed="") == []  # op names: no fix behind them
 
 
+def test_run_of_a_fixs_patch_warns_on_another_device_than_the_one_it_was_checked_on(tmp_path):
+    """A GPU's sources are its kernels' choices: a fix checked on one card and run on another, or on a CPU, is said
+    to be unchecked there, with the command that checks it; silent on its own device and for older fixes."""
+    from opbisect import patched_run
+
+    csv = _kept_fix(tmp_path / "train-fix", {}, device="GPU (NVIDIA H200)")
+    said = patched_run.device_conditions(str(csv), "GPU (NVIDIA H100 80GB HBM3)")
+    assert len(said) == 1 and "checked on GPU (NVIDIA H200), and this is GPU (NVIDIA H100 80GB HBM3)" in said[0]
+    assert f"opbisect verify --patch {csv} SCRIPT" in said[0]
+    assert patched_run.device_conditions(str(csv), "GPU (NVIDIA H200)") == []
+    older = _kept_fix(tmp_path / "older-fix", {})  # its fix.json names no device
+    assert patched_run.device_conditions(str(older), "CPU") == []
+    assert patched_run.device_conditions("Mul", "CPU") == []  # op names: no fix behind them
+
+
 def test_run_says_what_the_fix_had_before_the_script_runs(tmp_path):
-    csv = _kept_fix(tmp_path / "train-fix", {"TF_CUDNN_DETERMINISTIC": "1"})
+    csv = _kept_fix(tmp_path / "train-fix", {"TF_CUDNN_DETERMINISTIC": "1"}, device="GPU (NVIDIA A100-SXM4-80GB)")
     script = write_script(tmp_path, "trains", SETUP + TRAINS)
     done = opbisect("run", "--patch", csv, script, env={"TF_CUDNN_DETERMINISTIC": ""})
     assert done.returncode == 0, done.stderr[-2000:]
     assert said(done)[0].startswith(f"opbisect: warning: the fix that made {csv} had two fresh runs agree with "
                                     "TF_CUDNN_DETERMINISTIC=1 as well")
+    # the device, said as the script imports TensorFlow
+    assert said(done)[1].startswith(f"opbisect: warning: the fix that made {csv} was checked on GPU (NVIDIA "
+                                    "A100-SXM4-80GB), and this is ")
+    assert said(done)[-1].startswith("opbisect: final weights")
     assert done.stdout.startswith("setup ran")  # said before the script's own output

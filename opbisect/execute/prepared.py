@@ -212,19 +212,25 @@ def device_name(kind: str) -> str:
 
 def environment(tf, kind: str) -> dict:
     build = tf.sysconfig.get_build_info()
-    info = {"tf_version": tf.__version__, "python": platform.python_version(), "device": kind.upper(),
-            "cuda": build.get("cuda_version", ""), "cudnn": build.get("cudnn_version", ""), "gpu_name": "",
-            "keras_version": ""}
+    info = {"tf_version": tf.__version__, "python": platform.python_version(), "device": device_label(tf, kind),
+            "cuda": build.get("cuda_version", ""), "cudnn": build.get("cudnn_version", ""),
+            "gpu_name": gpu_name(tf) if kind == "gpu" else "", "keras_version": ""}
     with contextlib.suppress(Exception):
         import keras
 
         info["keras_version"] = keras.__version__
-    if kind == "gpu":
-        details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
-        info["gpu_name"] = details.get("device_name", "")
-        info["device"] = f"GPU ({info['gpu_name']})"
     info["op_determinism"] = tfcompat.op_determinism_enabled()
     return info
+
+
+def gpu_name(tf) -> str:
+    """The first GPU's model, read without starting TensorFlow's runtime (a script may configure its GPUs after)."""
+    return tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0]).get("device_name", "")
+
+
+def device_label(tf, kind: str) -> str:
+    """The device a step runs on as records name it: "CPU", or "GPU (<its model>)"."""
+    return f"GPU ({gpu_name(tf)})" if kind == "gpu" else kind.upper()
 
 
 def restored_variables(trace, target, restart) -> dict:

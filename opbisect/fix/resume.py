@@ -21,6 +21,7 @@ patch and the next round come out as before. The user's test always runs again: 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -38,30 +39,46 @@ from ..words import listed
 from .plan import RoundPlan
 
 STATE, STATE_VERSION = "state.json", 1
+NVIDIA_GPUS = "/proc/driver/nvidia/gpus"  # a folder a GPU, each with an `information` file ("Model: NVIDIA H200")
 # the environment a round's child reads, by prefix: TensorFlow, XLA, CUDA, Keras, Python, opbisect, Hugging Face
 ENVIRONMENT = ("TF_", "XLA_", "CUDA_", "NVIDIA_", "KERAS", "PYTHON", "OPBISECT_", "HF_", "TRANSFORMERS_", "OMP_",
                "LD_LIBRARY_PATH")
 WHAT = {"script": "the script changed", "options": "the options differ", "tensorflow": "TensorFlow's version changed",
-        "opbisect": "opbisect's version changed", "python": "the Python interpreter differs",
+        "gpus": "the GPUs differ", "opbisect": "opbisect's version changed", "python": "the Python interpreter differs",
         "directory": "the working directory differs"}
 
 
 def key(settings: Settings) -> dict:
     """What a child run with `settings` gives depends on that opbisect can see: its options (but for its --out and
     --patch, paths inside one fix), the script's bytes, TensorFlow's and opbisect's versions, the interpreter, the
-    working directory and the environment that TensorFlow, XLA, CUDA, Keras and Python read. Not the modules and
-    data files the script reads: a user who changed those starts over (the fix's --resume says so in its help)."""
+    working directory, the environment that TensorFlow, XLA, CUDA, Keras and Python read, and the machine's GPUs (a
+    round's sources are its card's kernels': a fix stopped on one machine and resumed on another with other cards
+    starts over). Not the modules and data files the script reads: a user who changed those starts over (the
+    fix's --resume says so in its help)."""
     options = dataclasses.replace(settings, out=Path(), **({"patch": ""} if hasattr(settings, "patch") else {}))
     return {"script": hashlib.sha256(Path(settings.script).read_bytes()).hexdigest(), "options": options.to_argv(),
-            "tensorflow": tfcompat.installed_tensorflow(), "opbisect": __version__, "python": sys.executable,
+            "tensorflow": tfcompat.installed_tensorflow(), "gpus": gpu_models(), "opbisect": __version__,
+            "python": sys.executable,
             "directory": os.getcwd(),
             "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENVIRONMENT)}}
 
 
+def gpu_models() -> list[str]:
+    """The machine's GPU models as the NVIDIA driver lists them ([] without one), read without starting TensorFlow
+    (this process never imports it: its children do)."""
+    models = []
+    for info in sorted(Path(NVIDIA_GPUS).glob("*/information")):
+        with contextlib.suppress(OSError):
+            models += [line.split(":", 1)[1].strip() for line in info.read_text(errors="replace").splitlines()
+                       if line.startswith("Model:")]
+    return models
+
+
 def changed(kept: dict, now: dict) -> str:
-    """What differs between two keys, in words ("" for nothing)."""
+    """What differs between two keys, in words ("" for nothing). A part the kept key lacks (one an older opbisect
+    wrote) is taken as unchanged."""
     for part, words in WHAT.items():
-        if kept.get(part) != now.get(part):
+        if kept.get(part, now.get(part)) != now.get(part):
             return words
     names = sorted(set(kept.get("environment", {}).items()) ^ set(now.get("environment", {}).items()))
     return f"the environment differs ({listed(sorted({name for name, _ in names}))})" if names else ""
