@@ -299,6 +299,8 @@ def _tensorflow(settings: RunSettings, echo):
     from .execute.prepared import TensorFlowSetup, device_label
 
     def on_import(tf):
+        if not settings.patch:
+            return
         for line in device_conditions(settings.patch, device_label(tf, setup.kind)):
             echo(line)
 
