@@ -224,8 +224,8 @@ def fix_conditions(spec: str, seed: str) -> list[str]:
 def device_conditions(spec: str, device: str) -> list[str]:
     """Warnings, as the script imports TensorFlow, where a fix's patch runs on another device than its user's test
     did ("CPU", "GPU (<model>)"): a GPU's sources are its kernels' choices, so another card, or a CPU, can vary in
-    ops the fix never saw (BERT-base mixed's patch from an H200 left an H100's Triton GEMMs varying:
-    reports/h100/shapes/README.md#lease25)."""
+    ops the fix never saw (BERT-base mixed's patch from an H200 gave 3 results in 10 runs on an H100, whose Triton
+    GEMMs vary: reports/h100/shapes/README.md)."""
     out = []
     for path, fix in _fixes(spec):
         made = fix.get("checked_on", {}).get("device")
