@@ -445,6 +445,7 @@ case $PHASE in
             done ;;
   fixresume) build  # the fix of BERT-base mixed a lease's limit stopped, resumed: its kept folder (the previous
              # lease's shapes-PHASE-kept.tgz, carried as .gpu/kept.tgz) unpacked where the fix writes, then --resume
+             # (its rounds are taken on a card of the same model only: on another the fix starts over, a0eb660)
              tar xzf .gpu/kept.tgz -C "$R"
              OPBISECT_BERT=base fixed bert_like_fit_mixed 1100 --resume ;;
   lease27b) build  # lease27 for a short lease (2026-12-07: an hour of refusals left no time for the fix's 1,100 s):
