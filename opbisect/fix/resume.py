@@ -64,8 +64,8 @@ def key(settings: Settings) -> dict:
 
 
 def gpu_models() -> list[str]:
-    """The machine's GPU models as the NVIDIA driver lists them ([] without one), read without starting TensorFlow
-    (this process never imports it: its children do)."""
+    """The machine's GPU models as the NVIDIA driver lists them ([] without one), read without TensorFlow, which
+    this process need not import (its children run the rounds)."""
     models = []
     for info in sorted(Path(NVIDIA_GPUS).glob("*/information")):
         with contextlib.suppress(OSError):
