@@ -4,6 +4,7 @@ from there: the kept rounds are not traced again, the patch comes out the same, 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ from test_rounds import HIDDEN_BEHIND, XHTML
 
 from opbisect import cli
 from opbisect.cli import main
-from opbisect.execute import children
+from opbisect.execute import children, workers
 from opbisect.fix import resume
 from opbisect.fix.driver import FixDriver
 from opbisect.fix.resume import Kept
@@ -109,11 +110,14 @@ def _resumed(settings: FixSettings):
     return Kept(folder).restore(driver), driver, folder
 
 
-def _gpus(folder, model: str):
-    """A folder as the NVIDIA driver's /proc/driver/nvidia/gpus lists one GPU."""
-    (folder / "0000:18:00.0").mkdir(parents=True)
-    (folder / "0000:18:00.0/information").write_text(f"Model: \t\t {model}\nIRQ:   \t\t 123\n")
-    return folder
+def _gpus(monkeypatch, folder, model: str):
+    """This machine as one with a GPU of `model`: an nvidia-smi first on PATH that lists it."""
+    folder.mkdir()
+    (folder / "nvidia-smi").write_text(f"#!/bin/sh\necho 'GPU 0: {model} (UUID: GPU-5e7a)'\n")
+    (folder / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    # a fresh cache over the same reading, in resume's name alone: the machine's own stays as it was
+    monkeypatch.setattr(resume, "machine_gpus", functools.cache(workers.machine_gpus.__wrapped__))
 
 
 @pytest.mark.parametrize("change, why", [
@@ -127,10 +131,10 @@ def _gpus(folder, model: str):
 def test_resume_takes_what_was_kept_only_where_what_it_ran_from_is_the_same(tmp_path, monkeypatch, change, why):
     script = write_script(tmp_path, "s", NOISE_STEP)
     settings = FixSettings(script=script, out=tmp_path / "r")
-    monkeypatch.setattr(resume, "NVIDIA_GPUS", str(_gpus(tmp_path / "stopped", "NVIDIA H200")))
+    _gpus(monkeypatch, tmp_path / "stopped", "NVIDIA H200")
     assert "kept in" in _stopped(settings, verified=True)
     if "gpus" in change:
-        monkeypatch.setattr(resume, "NVIDIA_GPUS", str(_gpus(tmp_path / "resumed", change.pop("gpus"))))
+        _gpus(monkeypatch, tmp_path / "resumed", change.pop("gpus"))
     if change.pop("script", None):
         script.write_text(script.read_text() + "\n# edited\n")
     if change.pop("env", None):
@@ -146,7 +150,7 @@ def test_resume_takes_what_was_kept_only_where_what_it_ran_from_is_the_same(tmp_
 
 
 def test_a_kept_key_from_before_the_gpus_were_keyed_holds_on_any_gpus(tmp_path, monkeypatch):
-    monkeypatch.setattr(resume, "NVIDIA_GPUS", str(_gpus(tmp_path, "NVIDIA H200")))
+    _gpus(monkeypatch, tmp_path / "bin", "NVIDIA H200")
     settings = FixSettings(script=write_script(tmp_path, "s", NOISE_STEP), out=tmp_path / "r")
     now = resume.key(settings)
     assert now["gpus"] == ["NVIDIA H200"]

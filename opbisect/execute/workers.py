@@ -14,6 +14,7 @@ is everyone's). A worker that asked nothing of a pass still runs it and keeps no
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -93,13 +94,18 @@ def gpu_shares(gpus: int, workers: int) -> list[str]:
     return [",".join(str(g) for g in range(i * per, (i + 1) * per)) for i in range(workers)]
 
 
-def _gpu_count() -> int:
-    """The machine's NVIDIA GPUs, without importing TensorFlow here (nvidia-smi; 0 where there is none)."""
+@functools.cache
+def machine_gpus() -> tuple[str, ...]:
+    """The machine's NVIDIA GPUs by model, without importing TensorFlow here (nvidia-smi; none where there is none):
+    the workers' shares of them, and what a fix's kept rounds ran on (fix/resume.py)."""
     try:
         done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(line.startswith("GPU ") for line in done.stdout.splitlines()) if done.returncode == 0 else 0
+        return ()
+    if done.returncode != 0:
+        return ()  # "GPU 0: NVIDIA H200 (UUID: GPU-...)" a line
+    return tuple(line.split(": ", 1)[1].split(" (UUID")[0] for line in done.stdout.splitlines()
+                 if line.startswith("GPU "))
 
 
 def run_workers(settings, folder: Path, progress=print) -> list:
@@ -107,7 +113,7 @@ def run_workers(settings, folder: Path, progress=print) -> list:
     agree_dir = folder / "agree"
     agree_dir.mkdir(parents=True)
     procs = []
-    shares = [] if "CUDA_VISIBLE_DEVICES" in os.environ else gpu_shares(_gpu_count(), settings.workers)
+    shares = [] if "CUDA_VISIBLE_DEVICES" in os.environ else gpu_shares(len(machine_gpus()), settings.workers)
     try:
         for i, config in enumerate(tf_configs(settings.workers)):
             child = dataclasses.replace(settings, worker_index=i, agree_dir=agree_dir, out=folder / f"worker{i}",

@@ -21,7 +21,6 @@ patch and the next round come out as before. The user's test always runs again: 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -32,6 +31,7 @@ from pathlib import Path
 
 from .. import __version__, tfcompat
 from ..errors import OpbisectError
+from ..execute.workers import machine_gpus
 from ..record import store
 from ..record.fixing import Round
 from ..settings import Settings
@@ -39,7 +39,6 @@ from ..words import listed
 from .plan import RoundPlan
 
 STATE, STATE_VERSION = "state.json", 1
-NVIDIA_GPUS = "/proc/driver/nvidia/gpus"  # a folder a GPU, each with an `information` file ("Model: NVIDIA H200")
 # the environment a round's child reads, by prefix: TensorFlow, XLA, CUDA, Keras, Python, opbisect, Hugging Face
 ENVIRONMENT = ("TF_", "XLA_", "CUDA_", "NVIDIA_", "KERAS", "PYTHON", "OPBISECT_", "HF_", "TRANSFORMERS_", "OMP_",
                "LD_LIBRARY_PATH")
@@ -53,25 +52,13 @@ def key(settings: Settings) -> dict:
     --patch, paths inside one fix), the script's bytes, TensorFlow's and opbisect's versions, the interpreter, the
     working directory, the environment that TensorFlow, XLA, CUDA, Keras and Python read, and the machine's GPUs (a
     round's sources are its card's kernels': a fix stopped on one machine and resumed on another with other cards
-    starts over). Not the modules and data files the script reads: a user who changed those starts over (the
-    fix's --resume says so in its help)."""
+    starts over; a list, as the kept key's JSON reads back). Not the modules and data files the script reads: a
+    user who changed those starts over (the fix's --resume says so in its help)."""
     options = dataclasses.replace(settings, out=Path(), **({"patch": ""} if hasattr(settings, "patch") else {}))
     return {"script": hashlib.sha256(Path(settings.script).read_bytes()).hexdigest(), "options": options.to_argv(),
-            "tensorflow": tfcompat.installed_tensorflow(), "gpus": gpu_models(), "opbisect": __version__,
-            "python": sys.executable,
-            "directory": os.getcwd(),
+            "tensorflow": tfcompat.installed_tensorflow(), "gpus": list(machine_gpus()), "opbisect": __version__,
+            "python": sys.executable, "directory": os.getcwd(),
             "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENVIRONMENT)}}
-
-
-def gpu_models() -> list[str]:
-    """The machine's GPU models as the NVIDIA driver lists them ([] without one), read without TensorFlow, which
-    this process need not import (its children run the rounds)."""
-    models = []
-    for info in sorted(Path(NVIDIA_GPUS).glob("*/information")):
-        with contextlib.suppress(OSError):
-            models += [line.split(":", 1)[1].strip() for line in info.read_text(errors="replace").splitlines()
-                       if line.startswith("Model:")]
-    return models
 
 
 def changed(kept: dict, now: dict) -> str:
