@@ -296,12 +296,12 @@ def run(settings: RunSettings, echo=lambda line: print(line, file=sys.stderr)) -
 def _tensorflow(settings: RunSettings, echo):
     """TensorFlow set up as the script imports it; then, with the device known and nothing built yet, the warnings
     where a fix was checked on another."""
-    from .execute.prepared import TensorFlowSetup, device_label
+    from .execute.prepared import TensorFlowSetup, device_label, gpu_name
 
     def on_import(tf):
         if not settings.patch:
             return
-        for line in device_conditions(settings.patch, device_label(tf, setup.kind)):
+        for line in device_conditions(settings.patch, device_label(setup.kind, gpu_name(tf, setup.kind))):
             echo(line)
 
     setup = TensorFlowSetup(settings.device, setup=on_import)

@@ -212,9 +212,10 @@ def device_name(kind: str) -> str:
 
 def environment(tf, kind: str) -> dict:
     build = tf.sysconfig.get_build_info()
-    info = {"tf_version": tf.__version__, "python": platform.python_version(), "device": device_label(tf, kind),
-            "cuda": build.get("cuda_version", ""), "cudnn": build.get("cudnn_version", ""),
-            "gpu_name": gpu_name(tf) if kind == "gpu" else "", "keras_version": ""}
+    gpu = gpu_name(tf, kind)
+    info = {"tf_version": tf.__version__, "python": platform.python_version(), "device": device_label(kind, gpu),
+            "cuda": build.get("cuda_version", ""), "cudnn": build.get("cudnn_version", ""), "gpu_name": gpu,
+            "keras_version": ""}
     with contextlib.suppress(Exception):
         import keras
 
@@ -223,14 +224,17 @@ def environment(tf, kind: str) -> dict:
     return info
 
 
-def gpu_name(tf) -> str:
-    """The first GPU's model, read without starting TensorFlow's runtime (a script may configure its GPUs after)."""
+def gpu_name(tf, kind: str) -> str:
+    """The first GPU's model where the step runs on a GPU (else ""), read without starting TensorFlow's runtime (a
+    script may configure its GPUs after)."""
+    if kind != "gpu":
+        return ""
     return tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0]).get("device_name", "")
 
 
-def device_label(tf, kind: str) -> str:
+def device_label(kind: str, gpu: str) -> str:
     """The device a step runs on as records name it: "CPU", or "GPU (<its model>)"."""
-    return f"GPU ({gpu_name(tf)})" if kind == "gpu" else kind.upper()
+    return f"GPU ({gpu})" if kind == "gpu" else kind.upper()
 
 
 def restored_variables(trace, target, restart) -> dict:
