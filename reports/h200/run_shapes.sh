@@ -82,11 +82,10 @@
 #                                             # the candidate fixed point by running sums (at c7c1036)
 #   bash reports/h200/run_shapes.sh tritonnt  # BERT-base mixed's patch under the Triton switch, main's scan, twice
 #   bash reports/h200/run_shapes.sh lease29   # the next lease: on an H200 issue 42's goals first (leanonly: capture
-#                                             # twice; BERT-base mixed's patch under the Triton switch, 100 runs),
+#                                             # twice; BERT-base mixed's patch at XLA's defaults, 10 runs, then
+#                                             # under the Triton switch, 100 runs),
 #                                             # then lease28b with one pair; on an H100 (where lease28b ran,
 #                                             # h100/shapes#lease29) the fix of BERT-base mixed, 1,100 s
-#   bash reports/h200/run_shapes.sh lease31   # lease29 with BERT-base mixed's patch at XLA's defaults too (10 runs)
-#                                             # before the Triton switch's 100
 #   bash reports/h200/run_shapes.sh fixresume # after a lease whose fix its limit stopped: copy its
 #                                             # shapes-PHASE-kept.tgz to .gpu/kept.tgz, carry it, and the fix goes
 #                                             # on from its finished rounds and verify (fix --resume)
@@ -411,19 +410,12 @@ case $PHASE in
   lease29) build
            if on_h200; then
              bash "$0" leanonly
+             XLA_FLAGS= xla_verify mixed_default "$MIXED_PATCH" "$R/mixed_default" --timing-runs 20  # 1.05-1.07x in lease22
              XLA_FLAGS="$NO_TRITON" xla_verify mixed_nt "$MIXED_PATCH" "$R/mixed_nt" --timing-runs 20 --confirm-runs 100
            fi
            # lease28b ran on an H100 (../../h100/shapes/README.md#lease29); there the fix ending on the Triton
            # switch is what is left (its limit may stop it: fixresume goes on from its kept folder)
            if on_h200; then PAIRS=1 bash "$0" lease28b; else OPBISECT_BERT=base fixed bert_like_fit_mixed 1100; fi ;;
-  lease31) build  # lease29 with the patch at XLA's defaults timed too (where two fresh runs part after step 20,
-           # README#lease22), before the Triton switch's 100 runs; on an H100 lease29's fix
-           if on_h200; then
-             bash "$0" leanonly
-             XLA_FLAGS= xla_verify mixed_default "$MIXED_PATCH" "$R/mixed_default" --timing-runs 20
-             XLA_FLAGS="$NO_TRITON" xla_verify mixed_nt "$MIXED_PATCH" "$R/mixed_nt" --timing-runs 20 --confirm-runs 100
-             PAIRS=1 bash "$0" lease28b
-           else bash "$0" lease29; fi ;;
   lease30) # a short lease (2026-12-07, 526 s of device time left): on an H200 capture twice first (issue 42's goal);
            # then the segment sum's forms with the candidate fixed point by running sums (benchmarks/xla_segment_sum.py)
            if on_h200; then bash "$0" leanonly; fi
