@@ -414,8 +414,9 @@ case $PHASE in
              XLA_FLAGS="$NO_TRITON" xla_verify mixed_nt "$MIXED_PATCH" "$R/mixed_nt" --timing-runs 20 --confirm-runs 100
            fi
            # lease28b ran on an H100 (../../h100/shapes/README.md#lease29); there the fix ending on the Triton
-           # switch is what is left (its limit may stop it: fixresume goes on from its kept folder)
-           if on_h200; then PAIRS=1 bash "$0" lease28b; else OPBISECT_BERT=base fixed bert_like_fit_mixed 1100; fi ;;
+           # switch is what is left (its limit may stop it: fixresume goes on from its kept folder; FIX_LIMIT
+           # shortens it to what a lease has left, so that the kept folder is packed before the lease ends)
+           if on_h200; then PAIRS=1 bash "$0" lease28b; else OPBISECT_BERT=base fixed bert_like_fit_mixed "${FIX_LIMIT:-1100}"; fi ;;
   lease30) # a short lease (2026-12-07, 526 s of device time left): on an H200 capture twice first (issue 42's goal);
            # then the segment sum's forms with the candidate fixed point by running sums (benchmarks/xla_segment_sum.py)
            if on_h200; then bash "$0" leanonly; fi
