@@ -103,7 +103,8 @@ def machine_gpus() -> tuple[str, ...]:
     except (OSError, subprocess.SubprocessError):
         return ()
     if done.returncode != 0:
-        return ()  # "GPU 0: NVIDIA H200 (UUID: GPU-...)" a line
+        return ()
+    # a line a GPU: "GPU 0: NVIDIA H200 (UUID: GPU-...)"
     return tuple(line.split(": ", 1)[1].split(" (UUID")[0] for line in done.stdout.splitlines()
                  if line.startswith("GPU "))
 

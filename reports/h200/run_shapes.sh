@@ -86,6 +86,7 @@
 #                                             # under the Triton switch, 100 runs),
 #                                             # then lease28b with one pair; on an H100 (where lease28b ran,
 #                                             # h100/shapes#lease29) the fix of BERT-base mixed, 1,100 s
+#                                             # (FIX_LIMIT=N: N s, for a lease with less left)
 #   bash reports/h200/run_shapes.sh fixresume # after a lease whose fix its limit stopped: copy its
 #                                             # shapes-PHASE-kept.tgz to .gpu/kept.tgz, carry it, and the fix goes
 #                                             # on from its finished rounds and verify (fix --resume)
@@ -416,7 +417,8 @@ case $PHASE in
            # lease28b ran on an H100 (../../h100/shapes/README.md#lease29); there the fix ending on the Triton
            # switch is what is left (its limit may stop it: fixresume goes on from its kept folder; FIX_LIMIT
            # shortens it to what a lease has left, so that the kept folder is packed before the lease ends)
-           if on_h200; then PAIRS=1 bash "$0" lease28b; else OPBISECT_BERT=base fixed bert_like_fit_mixed "${FIX_LIMIT:-1100}"; fi ;;
+           if on_h200; then PAIRS=1 bash "$0" lease28b
+           else OPBISECT_BERT=base fixed bert_like_fit_mixed "${FIX_LIMIT:-1100}"; fi ;;
   lease30) # a short lease (2026-12-07, 526 s of device time left): on an H200 capture twice first (issue 42's goal);
            # then the segment sum's forms with the candidate fixed point by running sums (benchmarks/xla_segment_sum.py)
            if on_h200; then bash "$0" leanonly; fi
